@@ -1,0 +1,28 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Elementwise GELU with the tanh approximation, on bf16 activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.gelu = nn.GELU(approximate="tanh")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gelu(x)
+
+
+batch_size = 8192
+dim = 16384
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+
+
+SMALL_SIZES = {"batch_size": 9, "dim": 75}

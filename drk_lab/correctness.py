@@ -1,0 +1,110 @@
+"""Stage 3: does the candidate compute what the reference computes, on fresh inputs, every time?"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Default tolerances by output dtype (atol = rtol): DESIGN §4.3.
+TOLERANCES = {
+    torch.float64: 1e-6,
+    torch.float32: 1e-4,
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+}
+
+
+class Mismatch(Exception):
+    """The candidate's output differs from the reference's (values, shape, dtype, device or type)."""
+
+
+def clone_args(args: list) -> list:
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def same_bits(a, b) -> bool:
+    """Exact equality that treats NaN == NaN (for input-mutation checks)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return torch.equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def mutated_inputs(before: list, after: list) -> list[int]:
+    return [i for i, (b, a) in enumerate(zip(before, after)) if not same_bits(b, a)]
+
+
+def poison_value(dtype: torch.dtype):
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).max
+
+
+def poison_memory(specs: list[tuple[tuple, torch.dtype]], device: torch.device) -> None:
+    """Hand freed memory back to the allocator filled with NaN (or a sentinel), so that a candidate
+    that reads memory it never wrote (torch.empty reusing a freed reference output) gets garbage."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    blocks = [torch.full(shape, poison_value(dtype), dtype=dtype, device=device) for shape, dtype in specs]
+    del blocks
+
+
+def tensor_specs(values) -> list[tuple[tuple, torch.dtype]]:
+    return [(tuple(v.shape), v.dtype) for v in flatten(values) if isinstance(v, torch.Tensor)]
+
+
+def flatten(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return [x for o in out for x in flatten(o)]
+    return [out]
+
+
+def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> float:
+    """Raise Mismatch describing the first difference; return the largest absolute error."""
+    outs, refs = flatten(out), flatten(ref)
+    if len(outs) != len(refs):
+        raise Mismatch(f"returned {len(outs)} outputs, the reference returns {len(refs)}")
+    worst = 0.0
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        where = f"output {i}" if len(refs) > 1 else "output"
+        if not isinstance(r, torch.Tensor):
+            if isinstance(o, torch.Tensor) or not math.isclose(float(o), float(r), rel_tol=rtol or 1e-4, abs_tol=atol or 1e-4):
+                raise Mismatch(f"{where}: got {o!r}, expected {r!r}")
+            continue
+        if type(o) is not torch.Tensor:
+            raise Mismatch(f"{where} is a {type(o).__module__}.{type(o).__qualname__}, expected a plain torch.Tensor")
+        if o.shape != r.shape:
+            raise Mismatch(f"{where}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+        if o.dtype != r.dtype:
+            raise Mismatch(f"{where}: dtype {o.dtype}, expected {r.dtype}")
+        if o.device != r.device:
+            raise Mismatch(f"{where}: device {o.device}, expected {r.device}")
+        if not r.is_floating_point():
+            bad = (o != r)
+            if bool(bad.any()):
+                raise Mismatch(f"{where}: {int(bad.sum())} of {r.numel()} elements differ (exact match needed for {r.dtype})")
+            continue
+        tol = TOLERANCES.get(r.dtype, 1e-4)
+        a, rt = tol if atol is None else atol, tol if rtol is None else rtol
+        o64, r64 = o.double(), r.double()
+        diff = (o64 - r64).abs()
+        nan_ok = o64.isnan() == r64.isnan()
+        bad = ~((diff <= a + rt * r64.abs()) | (o64.isnan() & r64.isnan())) | ~nan_ok
+        finite = diff[~diff.isnan()]
+        err = float(finite.max()) if finite.numel() else 0.0
+        if bool(bad.any()):
+            n_bad, n_nan = int(bad.sum()), int((o64.isnan() & ~r64.isnan()).sum())
+            idx = tuple(int(j) for j in torch.nonzero(bad)[0]) if bad.dim() else ()
+            raise Mismatch(
+                f"{where}: {n_bad} of {r.numel()} elements outside atol={a:g} rtol={rt:g}"
+                f" (max abs error {err:.3g}; {n_nan} NaN where the reference has a number;"
+                f" first at index {list(idx)}: got {o64[idx].item():.6g}, expected {r64[idx].item():.6g})")
+        worst = max(worst, err)
+    return worst

@@ -1,0 +1,139 @@
+"""evaluate(task, code) -> EvalResult: static checks here, everything else in an isolated worker."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from drk_lab.result import EvalResult
+from drk_lab.sandbox import get_sandbox
+from drk_lab.static import check_candidate
+from drk_lab.task import Task
+from drk_lab.timing import FLUSH_BYTES, baseline_key, cache_dir, load_baseline, save_baseline
+
+CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
+                   "where times mean nothing; speedups need a CUDA GPU")
+
+_baseline_locks: dict[str, threading.Lock] = {}
+_baseline_locks_guard = threading.Lock()
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True, correctness_trials: int = 5,
+             timing_trials: int = 100, warmup: int = 3, timeout_s: float = 120.0, device: str | None = None,
+             seed: int | None = None, atol: float | None = None, rtol: float | None = None,
+             flush_bytes: int = FLUSH_BYTES, isolation: str = "fork", stage_timeouts: dict | None = None,
+             host_memory_bytes: int | None = None) -> EvalResult:
+    """Check, run and time one candidate `ModelNew` source against a task's reference `Model`.
+
+    The candidate only ever runs in a separate worker process. On CPU (or device="cpu") the
+    Triton interpreter runs the correctness stages and timings are None with the reason.
+    `profile` is accepted for the profiling stage (coverage, kernel table), not yet measured.
+    """
+    static_failure = check_candidate(code)
+    if static_failure:
+        kind, message = static_failure
+        return EvalResult(error_kind=kind, error=message)
+    device = device or default_device()
+    sandbox = get_sandbox(device, isolation)
+    info = sandbox.start()
+    rng = random.Random(seed) if seed is not None else random.SystemRandom()
+    job = {
+        "mode": "candidate", "task_source": task.source, "code": code,
+        "correctness_trials": correctness_trials, "seed": rng.randrange(2**31),
+        "trial_seeds": [rng.randrange(2**31) for _ in range(correctness_trials)],
+        "timing_seed": rng.randrange(2**31), "timing": timing, "timing_trials": timing_trials,
+        "warmup": warmup, "flush_bytes": flush_bytes, "atol": atol, "rtol": rtol,
+        "timeout_s": timeout_s, "stage_timeouts": stage_timeouts or {},
+        "env": {"TRITON_CACHE_DIR": str(cache_dir() / "triton")},
+    }
+    if host_memory_bytes:
+        job["host_memory_bytes"] = host_memory_bytes
+    baseline = None
+    if timing and device != "cpu":
+        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job["env"])
+    raw = sandbox.run(job)
+    return to_result(raw, baseline, device, info)
+
+
+def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, flush_bytes: int,
+                    env: dict) -> dict:
+    """Eager and torch.compile timings of the reference, measured once in a worker that loads no
+    candidate code, then cached on disk (key: task source, device, versions, timing settings)."""
+    key = baseline_key(task.source, info.get("device_name", ""), info.get("versions", {}), warmup, trials, flush_bytes)
+    with _baseline_locks_guard:
+        lock = _baseline_locks.setdefault(key, threading.Lock())
+    with lock:
+        cached = load_baseline(key)
+        if cached is not None:
+            return cached
+        raw = sandbox.run({
+            "mode": "baseline", "task_source": task.source, "code": None, "seed": 0, "timing_seed": 0,
+            "warmup": warmup, "timing_trials": trials, "flush_bytes": flush_bytes, "timeout_s": 1800.0,
+            "env": {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor")},
+        })
+        baseline = raw.get("baseline") or {"eager": None, "compile": None,
+                                           "error": f"{raw.get('error_kind')}: {raw.get('error')}"}
+        if raw.get("baseline"):
+            save_baseline(key, baseline)
+        return baseline
+
+
+def to_result(raw: dict, baseline: dict | None, device: str, info: dict) -> EvalResult:
+    timing = raw.pop("timing", None)
+    raw.pop("baseline", None)
+    result = EvalResult.from_dict(raw)
+    result.versions = result.versions or info.get("versions", {})
+    result.device = result.device or device
+    if device == "cpu":
+        result.timing_note = CPU_TIMING_NOTE
+    elif timing:
+        result.runtime_ms, result.runtime_iqr_ms = timing["median_ms"], timing["iqr_ms"]
+        eager, compiled = (baseline or {}).get("eager"), (baseline or {}).get("compile")
+        if eager:
+            result.ref_runtime_ms = eager["median_ms"]
+            result.speedup = eager["median_ms"] / timing["median_ms"]
+        if compiled:
+            result.ref_compile_runtime_ms = compiled["median_ms"]
+            result.speedup_compile = compiled["median_ms"] / timing["median_ms"]
+        result.timings_valid = bool(eager)
+        if not eager:
+            result.timing_note = f"the reference could not be timed: {(baseline or {}).get('error')}"
+        elif not compiled:
+            result.timing_note = f"torch.compile failed on the reference: {(baseline or {}).get('compile_error')}"
+    elif result.correct:
+        result.timing_note = "timing was not asked for"
+    return result
+
+
+def evaluate_many(pairs: list[tuple[Task, str]], max_in_flight: int | None = None, progress: bool = True,
+                  **kwargs) -> list[EvalResult]:
+    """Evaluate many (task, code) pairs concurrently; results in the order given.
+
+    Loading and correctness overlap across candidates; timing holds each GPU's lock alone.
+    """
+    max_in_flight = max_in_flight or max(1, min(len(pairs), (os.cpu_count() or 2)))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(pairs), desc="evaluate", unit="eval")
+
+    def one(pair):
+        result = evaluate(pair[0], pair[1], **kwargs)
+        if bar is not None:
+            bar.update(1)
+        return result
+
+    with ThreadPoolExecutor(max_in_flight) as pool:
+        results = list(pool.map(one, pairs))
+    if bar is not None:
+        bar.close()
+    return results

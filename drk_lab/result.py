@@ -1,0 +1,92 @@
+"""EvalResult: everything one evaluation found, as a JSON-friendly dataclass."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+# The fixed set of failure classes. None means the evaluation found nothing wrong.
+ERROR_KINDS = (
+    "syntax",  # the candidate does not parse
+    "no_modelnew",  # no class ModelNew
+    "no_triton_kernel",  # no @triton.jit function
+    "load",  # executing the module or constructing ModelNew raised
+    "compile",  # Triton failed to compile a kernel
+    "runtime",  # the forward raised
+    "cuda_illegal_access",  # illegal address / misaligned access: the CUDA context is lost
+    "cuda_error",  # any other CUDA error
+    "timeout",  # a stage or the whole evaluation ran past its limit
+    "oom",  # GPU or host memory exhausted
+    "mismatch",  # wrong values, shape, dtype, device or output type
+    "hacked",  # a reward-hacking check fired (see hack_reasons)
+    "exit",  # the candidate called sys.exit / os._exit / exit()
+    "segfault",  # the worker died from a fatal signal (SIGSEGV, SIGBUS, SIGABRT, ...)
+    "worker_crash",  # the worker died and nothing else explains it
+    "reference",  # the task's own reference failed (not the candidate's fault)
+    "harness",  # a bug in drk_lab itself
+)
+
+
+@dataclass
+class EvalResult:
+    compiled: bool = False
+    correct: bool = False
+    hacked: bool = False
+    hack_reasons: list[str] = field(default_factory=list)
+    error_kind: str | None = None
+    error: str | None = None
+    speedup: float | None = None  # eager reference median / candidate median
+    speedup_compile: float | None = None  # torch.compile'd reference median / candidate median
+    runtime_ms: float | None = None
+    runtime_iqr_ms: float | None = None
+    ref_runtime_ms: float | None = None
+    ref_compile_runtime_ms: float | None = None
+    coverage: float | None = None
+    kernels: list[dict] = field(default_factory=list)
+    trials: int = 0  # correctness trials that passed
+    seeds: list[int] = field(default_factory=list)
+    device: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    timings_valid: bool = False
+    timing_note: str | None = None  # why timings are missing or doubtful
+    max_abs_error: float | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    eval_seconds: float | None = None
+    stdout: str = ""  # bounded head and tail of what the candidate printed
+
+    def __post_init__(self):
+        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
+            raise ValueError(f"unknown error_kind {self.error_kind!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.correct and not self.hacked and self.error_kind is None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EvalResult:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalResult:
+        return cls.from_dict(json.loads(text))
+
+    def summary(self) -> str:
+        """One line for tables and logs."""
+        if self.hacked:
+            status = "HACKED " + ",".join(self.hack_reasons)
+        elif self.error_kind:
+            status = f"{self.error_kind}: {(self.error or '').splitlines()[0][:120] if self.error else ''}"
+        else:
+            status = "correct"
+        if self.speedup is not None:
+            status += f"  speedup {self.speedup:.2f}x"
+            if self.speedup_compile is not None:
+                status += f" (vs compile {self.speedup_compile:.2f}x)"
+        return status

@@ -1,0 +1,432 @@
+"""Isolated worker processes: a preloaded fork server, supervision with deadlines, crash classes.
+
+Process tree for one evaluation in the default "fork" isolation:
+
+    caller (your notebook) --unix socket--> zygote (torch + triton imported, CUDA untouched)
+        zygote --fork--> supervisor (one per evaluation, a child subreaper)
+            supervisor --fork--> worker (own session; runs the candidate; killed as a group)
+
+A fresh worker per evaluation keeps evaluations apart (no shared CUDA context, allocator,
+monkeypatch, thread or global flag), and forking a preloaded zygote makes that cheap. The
+"spawn" isolation starts a fresh Python for every worker instead: the simple design that
+the benchmark compares against.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "compile_reference": 900.0}
+MAX_LOCK_WAIT_S = 1800.0  # waiting for the GPU's timing lock does not count against timeout_s
+OUTPUT_KEEP = 8192  # bytes kept from the start and from the end of what the candidate prints
+FATAL_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
+
+
+def default_host_memory_bytes() -> int:
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min(32 << 30, total // 2)
+
+
+class OutputTail:
+    """Keeps the first and last OUTPUT_KEEP bytes of a stream of any length."""
+
+    def __init__(self):
+        self.head, self.tail, self.total = b"", b"", 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        if len(self.head) < OUTPUT_KEEP:
+            take = OUTPUT_KEEP - len(self.head)
+            self.head, data = self.head + data[:take], data[take:]
+        self.tail = (self.tail + data)[-OUTPUT_KEEP:]
+
+    def text(self) -> str:
+        skipped = self.total - len(self.head) - len(self.tail)
+        middle = f"\n... [{skipped} bytes cut] ...\n".encode() if skipped > 0 else b""
+        return (self.head + middle + self.tail).decode(errors="replace")
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def kill_tree(pgid: int, reaper: bool) -> None:
+    """Kill the worker's process group and, when we are a subreaper, every orphan it left us."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if not reaper:
+        return
+    for _ in range(50):
+        orphans = children_of(os.getpid())
+        if not orphans:
+            break
+        for pid in orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+def stage_limit(stage: str, timeouts: dict) -> float | None:
+    if stage == "wait_lock":
+        return None
+    kind = "trial" if stage.startswith("trial") else stage
+    return timeouts.get(kind, STAGE_TIMEOUTS.get(kind, 120.0))
+
+
+def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool) -> dict:
+    """Watch one worker to its end; return its result, or a classified failure."""
+    timeouts = {**STAGE_TIMEOUTS, **job.get("stage_timeouts", {})}
+    total_limit, memory_limit = job["timeout_s"], job["host_memory_bytes"]
+    output, status_buf = OutputTail(), b""
+    result, stage, failure, result_at = None, "start", None, None
+    started = stage_started = time.monotonic()
+    waited = 0.0  # seconds spent waiting for the timing lock
+    open_fds = {status_r, out_r}
+    exit_status = None
+    while True:
+        now = time.monotonic()
+        limit = stage_limit(stage, timeouts)
+        active = now - started - waited - (now - stage_started if stage == "wait_lock" else 0.0)
+        if limit is not None and now - stage_started > limit:
+            failure = ("timeout", f"stage '{stage}' ran past its {limit:g} s limit")
+        elif active > total_limit:
+            failure = ("timeout", f"the evaluation ran past its {total_limit:g} s limit (in stage '{stage}')")
+        elif now - started > total_limit + MAX_LOCK_WAIT_S:
+            failure = ("timeout", f"gave up after {now - started:.0f} s waiting for the GPU")
+        elif rss_bytes(pid) > memory_limit:
+            failure = ("oom", f"host memory use passed the {memory_limit / 2**30:.1f} GiB limit (in stage '{stage}')")
+        if failure:
+            break
+        if not open_fds:
+            done, exit_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+            continue
+        ready, _, _ = select.select(list(open_fds), [], [], 0.1)
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if not data:
+                open_fds.discard(fd)
+            elif fd == out_r:
+                output.add(data)
+            else:
+                status_buf += data
+                while b"\n" in status_buf:
+                    line, status_buf = status_buf.split(b"\n", 1)
+                    try:
+                        message = json.loads(line)
+                    except ValueError:
+                        continue
+                    if "result" in message:
+                        result = message["result"]
+                    elif "stage" in message:
+                        if stage == "wait_lock":
+                            waited += time.monotonic() - stage_started
+                        stage, stage_started = str(message["stage"]), time.monotonic()
+        if result is not None:
+            if result_at is None:
+                result_at = time.monotonic()
+            # the worker exits right after reporting; a straggler it left holding the pipe is killed
+            if status_r not in open_fds or time.monotonic() - result_at > 2.0:
+                break
+    kill_tree(pid, reaper)
+    if exit_status is None:
+        try:
+            _, exit_status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            exit_status = 0
+    for fd in (status_r, out_r):
+        os.close(fd)
+    if failure:
+        kind, message = failure
+        result = {"error_kind": kind, "error": message}
+    elif result is None:
+        result = death_result(exit_status, stage)
+    result["stdout"] = output.text()
+    result.setdefault("eval_seconds", time.monotonic() - started)
+    return result
+
+
+def death_result(exit_status: int, stage: str) -> dict:
+    if os.WIFSIGNALED(exit_status):
+        sig = os.WTERMSIG(exit_status)
+        name = signal.Signals(sig).name
+        if sig in FATAL_SIGNALS:
+            return {"error_kind": "segfault", "error": f"the worker died from {name} in stage '{stage}'"}
+        note = " (the kernel's out-of-memory killer sends this too)" if sig == signal.SIGKILL else ""
+        return {"error_kind": "worker_crash", "error": f"the worker was killed by {name}{note} in stage '{stage}'"}
+    code = os.WEXITSTATUS(exit_status)
+    return {"error_kind": "exit", "error": f"the process exited with code {code} in stage '{stage}' before reporting a result"}
+
+
+def prepare_workdir(job: dict) -> str:
+    workdir = tempfile.mkdtemp(prefix="drk_eval_")
+    with open(os.path.join(workdir, "reference.py"), "w") as f:
+        f.write(job["task_source"])
+    if job.get("code") is not None:
+        with open(os.path.join(workdir, "candidate.py"), "w") as f:
+            f.write(job["code"])
+    return workdir
+
+
+def become_worker(job: dict, status_w: int, out_w: int | None = None) -> None:
+    """In the new worker process: own session, output to the pipe, limits; then run the job.
+    With out_w=None the spawner has already made the session and redirected the output."""
+    if out_w is not None:
+        os.setsid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.close(out_w)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # if the host runs out of memory, the kernel kills this process first
+    except OSError:
+        pass
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.chdir(job["workdir"])
+    sys.path.insert(0, job["workdir"])
+    os.environ.update(job.get("env", {}))
+    from drk_lab import worker
+
+    worker.main(job, status_w)
+
+
+def run_forked(job: dict) -> dict:
+    """Supervisor side in fork isolation: fork the worker from this (preloaded) process."""
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(status_r)
+            os.close(out_r)
+            become_worker(job, status_w, out_w)
+        finally:
+            os._exit(70)
+    os.close(status_w)
+    os.close(out_w)
+    return supervise(job, pid, status_r, out_r, reaper=True)
+
+
+def run_spawned(job: dict) -> dict:
+    """The simple design: a fresh Python interpreter for every worker."""
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    env = {**os.environ, **job.get("env", {}), **device_env(job["device"])}
+    proc = subprocess.Popen(
+        [*ENTRY, "worker", str(status_w)],
+        stdin=subprocess.PIPE, stdout=out_w, stderr=out_w, pass_fds=(status_w,),
+        start_new_session=True, env=env, cwd=job["workdir"])
+    os.close(status_w)
+    os.close(out_w)
+    proc.stdin.write(json.dumps(job).encode())
+    proc.stdin.close()
+    result = supervise(job, proc.pid, status_r, out_r, reaper=False)
+    proc.returncode = 0  # already reaped by supervise
+    return result
+
+
+def device_env(device: str) -> dict:
+    if device == "cpu":  # the interpreter must be on before triton is imported
+        return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+def set_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "cuda"
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return "cuda"
+
+
+# ---- the zygote ------------------------------------------------------------------------------
+
+def serve(device: str, socket_path: str) -> None:
+    import torch  # noqa: F401  preloaded for every worker forked from here
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    from drk_lab import worker
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(256)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
+    hello = {"ready": True, "pid": os.getpid(), "versions": worker.versions(),
+             "device_name": gpu_name() if device != "cpu" else "cpu"}
+    sys.stdout.write(json.dumps(hello) + "\n")
+    sys.stdout.flush()
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in ready and not sys.stdin.buffer.read1(1):
+            os._exit(0)  # the caller went away
+        if listener in ready:
+            conn, _ = listener.accept()
+            if os.fork() == 0:
+                listener.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                serve_one(conn)
+                os._exit(0)
+            conn.close()
+
+
+def serve_one(conn: socket.socket) -> None:
+    """The supervisor for one evaluation (a child of the zygote)."""
+    os.setpgid(0, 0)
+    set_subreaper()
+    stream = conn.makefile("rwb")
+    job = json.loads(stream.readline())
+    job["workdir"] = prepare_workdir(job)
+    try:
+        result = run_forked(job)
+    except BaseException as e:
+        result = {"error_kind": "harness", "error": f"supervisor: {type(e).__name__}: {e}"}
+    finally:
+        shutil.rmtree(job["workdir"], ignore_errors=True)
+    stream.write((json.dumps(result) + "\n").encode())
+    stream.flush()
+
+
+# ---- the caller's side -----------------------------------------------------------------------
+
+class Sandbox:
+    """Runs jobs in isolated workers; thread-safe; restarts its zygote if it dies."""
+
+    def __init__(self, device: str = "cpu", isolation: str = "fork"):
+        if isolation not in ("fork", "spawn"):
+            raise ValueError("isolation must be 'fork' or 'spawn'")
+        self.device, self.isolation = device, isolation
+        self.zygote: subprocess.Popen | None = None
+        self.info: dict = {}
+        self._lock = threading.Lock()
+        self._dir = tempfile.mkdtemp(prefix="drk_sandbox_")
+        self.lock_dir = os.path.join(tempfile.gettempdir(), "drk_gpu_locks")
+        atexit.register(self.close)
+
+    def start(self) -> dict:
+        with self._lock:
+            if self.zygote is not None and self.zygote.poll() is None:
+                return self.info
+            if self.isolation == "spawn":
+                from drk_lab import worker  # versions for the baseline key, from this interpreter
+
+                self.info = {"versions": worker.versions(),
+                             "device_name": gpu_name() if self.device != "cpu" else "cpu"}
+                return self.info
+            self.socket_path = os.path.join(self._dir, f"zygote{time.monotonic_ns()}.sock")
+            env = {**os.environ, **device_env(self.device)}
+            self.zygote = subprocess.Popen(
+                [*ENTRY, "serve", self.device, self.socket_path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+            line = self.zygote.stdout.readline()
+            if not line:
+                raise RuntimeError("the evaluation server failed to start (see stderr above)")
+            self.info = json.loads(line)
+            return self.info
+
+    def run(self, job: dict) -> dict:
+        info = self.start()
+        job = {**job, "device": self.device, "lock_dir": self.lock_dir}
+        job.setdefault("host_memory_bytes", default_host_memory_bytes())
+        if self.isolation == "spawn":
+            job["workdir"] = prepare_workdir(job)
+            try:
+                return run_spawned(job)
+            finally:
+                shutil.rmtree(job["workdir"], ignore_errors=True)
+        wall = job["timeout_s"] + MAX_LOCK_WAIT_S + 60
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(wall)
+                conn.connect(self.socket_path)
+                stream = conn.makefile("rwb")
+                stream.write((json.dumps(job) + "\n").encode())
+                stream.flush()
+                line = stream.readline()
+        except (OSError, socket.timeout) as e:
+            line, reason = b"", f"{type(e).__name__}: {e}"
+        else:
+            reason = "the supervisor process died"
+        if not line:
+            return {"error_kind": "worker_crash", "error": f"no result from the sandbox ({reason})",
+                    "versions": info.get("versions", {})}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.zygote is not None and self.zygote.poll() is None:
+            self.zygote.stdin.close()
+            try:
+                self.zygote.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.zygote.kill()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_sandboxes: dict[tuple[str, str], Sandbox] = {}
+_sandboxes_lock = threading.Lock()
+
+
+def get_sandbox(device: str, isolation: str = "fork") -> Sandbox:
+    with _sandboxes_lock:
+        if (device, isolation) not in _sandboxes:
+            _sandboxes[(device, isolation)] = Sandbox(device, isolation)
+        return _sandboxes[(device, isolation)]
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "serve":
+        serve(argv[1], argv[2])
+    elif argv[0] == "worker":  # spawn isolation: job on stdin, status fd in argv
+        become_worker(json.loads(sys.stdin.read()), int(argv[1]))
+
+
+ENTRY = [sys.executable, "-c", "import sys; from drk_lab.sandbox import main; main(sys.argv[1:])"]

@@ -1,0 +1,73 @@
+"""Stage 5: CUDA-event timing with an L2 flush before every trial, and the baseline cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from pathlib import Path
+
+FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench's flush; the H200's L2 holds 60 MB
+
+
+def summarize(times_ms: list[float]) -> dict:
+    """Median and interquartile range; every trial is kept, none dropped."""
+    q = statistics.quantiles(times_ms, n=4, method="inclusive") if len(times_ms) > 1 else [times_ms[0]] * 3
+    return {
+        "median_ms": statistics.median(times_ms),
+        "iqr_ms": q[2] - q[0],
+        "mean_ms": statistics.fmean(times_ms),
+        "min_ms": min(times_ms),
+        "max_ms": max(times_ms),
+        "trials": len(times_ms),
+        "times_ms": [round(t, 6) for t in times_ms],
+    }
+
+
+def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: int = FLUSH_BYTES) -> dict:
+    """Per trial: write a buffer larger than L2, record events around one call, synchronize the device."""
+    import torch
+
+    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    for _ in range(warmup):
+        fn(*args)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        fn(*args)
+        end.record()
+        torch.cuda.synchronize()
+    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("DRK_CACHE_DIR", Path.home() / ".cache" / "drk_lab"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def baseline_key(task_source: str, device_name: str, versions: dict, warmup: int, trials: int,
+                 flush_bytes: int) -> str:
+    """Same task source (hence sizes and dtypes), device, library versions and timing settings."""
+    blob = json.dumps([task_source, device_name, versions, warmup, trials, flush_bytes], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def load_baseline(key: str) -> dict | None:
+    path = cache_dir() / "baselines" / f"{key}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_baseline(key: str, baseline: dict) -> None:
+    folder = cache_dir() / "baselines"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(baseline))
+    tmp.replace(folder / f"{key}.json")  # atomic: concurrent writers never leave half a file

@@ -1,0 +1,245 @@
+"""What runs inside one isolated worker process: load, correctness trials, timing.
+
+The worker reports progress and its result as JSON lines on a status pipe; the supervisor in
+sandbox.py enforces the deadlines and classifies deaths. Nothing here is ever run in the
+caller's process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from contextlib import nullcontext
+
+import torch
+
+from drk_lab import correctness
+from drk_lab.gpulock import GpuLock
+from drk_lab.timing import time_cuda
+
+
+class Stage(Exception):
+    """A classified failure that ends the evaluation."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def classify(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, SystemExit):
+        return "exit"
+    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)) or "out of memory" in text.lower():
+        return "oom"
+    if any(s in text for s in ("illegal memory access", "misaligned address", "illegal instruction",
+                               "unspecified launch failure", "cudaErrorIllegalAddress")):
+        return "cuda_illegal_access"
+    module = type(e).__module__ or ""
+    if module.startswith("triton.compiler") or type(e).__name__ in ("CompilationError", "OutOfResources"):
+        return "compile"
+    if "CUDA error" in text or "CUDA driver error" in text or type(e).__name__ == "AcceleratorError":
+        return "cuda_error"
+    return "runtime"
+
+
+def short_traceback(e: BaseException, limit: int = 4000) -> str:
+    """The exception and the frames in the candidate's or task's own files, bounded."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if os.path.basename(f.filename) in ("candidate.py", "reference.py")]
+    where = "".join(traceback.format_list(frames[-3:]))
+    text = (where + "".join(traceback.format_exception_only(type(e), e))).strip()
+    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
+
+
+def load_module(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build(module, class_name: str, init_inputs: list, seed: int, device: torch.device):
+    seed_all(seed)
+    with torch.device(device):
+        return getattr(module, class_name)(*init_inputs)
+
+
+def make_inputs(ref_module, seed: int, device: torch.device) -> list:
+    seed_all(seed)
+    with torch.device(device):  # factory calls in get_inputs() land on the device directly
+        inputs = list(ref_module.get_inputs())
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def copy_weights(ref: torch.nn.Module, new: torch.nn.Module) -> None:
+    """Same seed before both constructions gives identical weights when the parameters are created
+    in the same order; copying the reference's state dict covers any other order of creation."""
+    ref_state, new_state = ref.state_dict(), new.state_dict()
+    if ref_state.keys() == new_state.keys() and all(ref_state[k].shape == new_state[k].shape for k in ref_state):
+        new.load_state_dict(ref_state)
+
+
+class Worker:
+    def __init__(self, job: dict, status_fd: int):
+        self.job = job
+        self.status = os.fdopen(status_fd, "w", buffering=1)
+        self.device = torch.device(job["device"])
+        self.lock = GpuLock(job["lock_dir"], self.device.index or 0) if self.device.type == "cuda" else None
+        self.stage_seconds: dict[str, float] = {}
+
+    def report(self, **message) -> None:
+        self.status.write(json.dumps(message) + "\n")
+
+    def stage(self, name: str) -> None:
+        self.report(stage=name)
+        self._stage, self._t0 = name, time.perf_counter()
+
+    def end_stage(self) -> None:
+        self.stage_seconds[self._stage] = self.stage_seconds.get(self._stage, 0.0) + time.perf_counter() - self._t0
+
+    def run(self) -> dict:
+        result = {"device": str(self.device), "versions": versions()}
+        try:
+            if self.device.type == "cuda":
+                result["device"] = torch.cuda.get_device_name(self.device)
+            if self.job["mode"] == "baseline":
+                result.update(self.baseline())
+            else:
+                result.update(self.candidate(result))
+        except Stage as s:
+            result.update(error_kind=s.kind, error=str(s))
+        except BaseException as e:  # a harness bug must still come back as a result
+            result.update(error_kind="harness", error=short_traceback(e))
+        result["stage_seconds"] = self.stage_seconds
+        return result
+
+    def load(self, with_candidate: bool):
+        self.stage("load")
+        try:
+            ref_module = load_module("reference", "reference.py")
+            init_inputs = list(ref_module.get_init_inputs())
+            ref = build(ref_module, "Model", init_inputs, self.job["seed"], self.device)
+        except BaseException as e:
+            raise Stage("reference", "the task's reference failed to load: " + short_traceback(e)) from None
+        new = None
+        if with_candidate:
+            try:
+                new_module = load_module("candidate", "candidate.py")
+                new = build(new_module, "ModelNew", init_inputs, self.job["seed"], self.device)
+                copy_weights(ref, new)
+            except BaseException as e:
+                kind = classify(e)
+                raise Stage("load" if kind == "runtime" else kind, short_traceback(e)) from None
+        self.end_stage()
+        return ref_module, ref, new
+
+    def candidate(self, result: dict) -> dict:
+        ref_module, ref, new = self.load(with_candidate=True)
+        trials, seeds = self.job["correctness_trials"], self.job["trial_seeds"]
+        result["seeds"] = [self.job["seed"], *seeds]
+        specs: list = []
+        for i in range(trials):
+            self.stage(f"trial{i}")
+            with self.lock.shared() if self.lock else nullcontext():
+                inputs = make_inputs(ref_module, seeds[i], self.device)
+                pristine, new_inputs, ref_inputs = inputs, correctness.clone_args(inputs), correctness.clone_args(inputs)
+                correctness.poison_memory(specs + correctness.tensor_specs(inputs), self.device)
+                try:
+                    with torch.no_grad():
+                        out = new(*new_inputs)
+                        sync(self.device)
+                except BaseException as e:
+                    kind = classify(e)
+                    if kind == "runtime" and i == 0 and isinstance(e, RuntimeError) and "triton" in type(e).__module__:
+                        kind = "compile"
+                    raise Stage(kind, short_traceback(e)) from None
+                result["compiled"] = True
+                changed = correctness.mutated_inputs(pristine, new_inputs)
+                if changed:
+                    result.update(hacked=True, hack_reasons=["input_mutation"])
+                    raise Stage("hacked", f"the forward modified its input(s) {changed} in place")
+                try:
+                    with torch.no_grad():
+                        ref_out = ref(*ref_inputs)
+                        sync(self.device)
+                except BaseException as e:
+                    raise Stage("reference", "the reference forward failed: " + short_traceback(e)) from None
+                try:
+                    err = correctness.compare(out, ref_out, self.job.get("atol"), self.job.get("rtol"))
+                except correctness.Mismatch as m:
+                    raise Stage("mismatch", f"trial {i} (seed {seeds[i]}): {m}") from None
+                result["max_abs_error"] = max(err, result.get("max_abs_error") or 0.0)
+                result["trials"] = i + 1
+                specs = correctness.tensor_specs(ref_out)
+                del out, ref_out, inputs, pristine, new_inputs, ref_inputs
+            self.end_stage()
+        result["correct"] = True
+        if self.job["timing"] and self.device.type == "cuda":
+            result["timing"] = self.time_model(ref_module, new)
+        return {}
+
+    def time_model(self, ref_module, model) -> dict:
+        self.stage("wait_lock")
+        with self.lock.exclusive():
+            self.end_stage()
+            self.stage("timing")
+            inputs = make_inputs(ref_module, self.job["timing_seed"], self.device)
+            with torch.no_grad():
+                stats = time_cuda(model, inputs, self.job["warmup"], self.job["timing_trials"], self.job["flush_bytes"])
+            self.end_stage()
+        return stats
+
+    def baseline(self) -> dict:
+        ref_module, ref, _ = self.load(with_candidate=False)
+        out = {"eager": self.time_model(ref_module, ref), "compile": None, "compile_error": None}
+        self.stage("compile_reference")
+        try:
+            compiled = torch.compile(ref)
+            with torch.no_grad():
+                compiled(*make_inputs(ref_module, self.job["timing_seed"], self.device))
+            sync(self.device)
+        except BaseException as e:
+            out["compile_error"] = short_traceback(e, 1000)
+            self.end_stage()
+            return {"baseline": out}
+        self.end_stage()
+        out["compile"] = self.time_model(ref_module, compiled)
+        return {"baseline": out}
+
+
+def versions() -> dict:
+    import platform
+
+    import triton
+
+    v = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+    if torch.version.cuda:
+        v["cuda"] = torch.version.cuda
+    return v
+
+
+def main(job: dict, status_fd: int) -> None:
+    """Entry point inside the worker process (forked or spawned); never returns normally."""
+    worker = Worker(job, status_fd)
+    try:
+        worker.report(result=worker.run())
+        worker.status.flush()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip interpreter teardown: the candidate may have left threads or atexit hooks
