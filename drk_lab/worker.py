@@ -51,6 +51,8 @@ def short_traceback(e: BaseException, limit: int = 4000) -> str:
     """The exception and the frames in the candidate's or task's own files, bounded."""
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if os.path.basename(f.filename) in ("candidate.py", "reference.py")]
+    for f in frames:
+        f.filename = os.path.basename(f.filename)
     where = "".join(traceback.format_list(frames[-3:]))
     text = (where + "".join(traceback.format_exception_only(type(e), e))).strip()
     return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]

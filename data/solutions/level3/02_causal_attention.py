@@ -74,7 +74,7 @@ def causal_attention_kernel(
 def causal_attention(q, k, v, out):
     """q, k, v, out: [batch, heads, seq, head_dim] views with any strides; writes out."""
     batch, heads, seq, head_dim = q.shape
-    block_m = min(128, max(16, triton.next_power_of_2(seq) // 4))
+    block_m = min(128, max(16, triton.next_power_of_2(seq) // 2))
     block_n = min(64, block_m)
     block_d = max(16, triton.next_power_of_2(head_dim))
     qk_scale_log2 = (1.0 / math.sqrt(head_dim)) * 1.4426950408889634

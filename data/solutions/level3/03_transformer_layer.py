@@ -10,27 +10,31 @@ import triton.language as tl
 
 
 @triton.jit
-def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, out_ptr, N, stride_x, stride_out, eps, BLOCK_N: tl.constexpr):
-    # one program per row, whole row in registers, fp32 statistics
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK_N)
-    in_row = offs < N
-    x = tl.load(x_ptr + row * stride_x + offs, mask=in_row, other=0.0).to(tl.float32)
-    mean = tl.sum(x, 0) / N
-    centered = tl.where(in_row, x - mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, 0) / N + eps)
-    weight = tl.load(weight_ptr + offs, mask=in_row, other=0.0).to(tl.float32)
-    bias = tl.load(bias_ptr + offs, mask=in_row, other=0.0).to(tl.float32)
-    y = centered * rstd * weight + bias
-    tl.store(out_ptr + row * stride_out + offs, y.to(out_ptr.dtype.element_ty), mask=in_row)
+def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, out_ptr, M, N, stride_x, stride_out, eps,
+                     BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BLOCK_ROWS whole rows per program, held in registers, fp32 statistics
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    in_row = cols < N
+    mask = (rows < M)[:, None] & in_row[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, 1) / N
+    centered = tl.where(in_row[None, :], x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, 1) / N + eps)
+    weight = tl.load(weight_ptr + cols, mask=in_row, other=0.0).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=in_row, other=0.0).to(tl.float32)
+    y = centered * rstd[:, None] * weight[None, :] + bias[None, :]
+    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def layernorm(x2d, norm):
     M, N = x2d.shape
     out = torch.empty_like(x2d)
     block_n = triton.next_power_of_2(N)
-    layernorm_kernel[(M,)](x2d, norm.weight, norm.bias, out, N, x2d.stride(0), out.stride(0), norm.eps,
-                           BLOCK_N=block_n, num_warps=4 if block_n <= 2048 else 8)
+    block_rows = min(triton.next_power_of_2(M), max(1, 4096 // block_n))
+    layernorm_kernel[(triton.cdiv(M, block_rows),)](
+        x2d, norm.weight, norm.bias, out, M, N, x2d.stride(0), out.stride(0), norm.eps,
+        BLOCK_ROWS=block_rows, BLOCK_N=block_n, num_warps=8)
     return out
 
 
@@ -90,7 +94,8 @@ def linear(x2d, weight, bias, apply_gelu=False, residual=None):
         x2d, weight, bias, res, out, M, N, K,
         x2d.stride(0), x2d.stride(1), weight.stride(0), weight.stride(1),
         res.stride(0), res.stride(1), out.stride(0), out.stride(1),
-        APPLY_GELU=apply_gelu, ADD_RESIDUAL=residual is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
+        APPLY_GELU=apply_gelu, ADD_RESIDUAL=residual is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
         num_warps=8, num_stages=4,
     )
     return out
@@ -162,7 +167,7 @@ def causal_attention_kernel(
 def causal_attention(q, k, v, out):
     """q, k, v, out: [batch, heads, seq, head_dim] views with any strides; writes out."""
     batch, heads, seq, head_dim = q.shape
-    block_m = min(128, max(16, triton.next_power_of_2(seq) // 4))
+    block_m = min(128, max(16, triton.next_power_of_2(seq) // 2))
     block_n = min(64, block_m)
     block_d = max(16, triton.next_power_of_2(head_dim))
     qk_scale_log2 = (1.0 / math.sqrt(head_dim)) * 1.4426950408889634
@@ -189,7 +194,7 @@ class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, dim = x.shape
         heads = self.num_heads
-        x2d = x.reshape(batch * seq, dim)
+        x2d = x.reshape(batch * seq, dim).contiguous()
         qkv = linear(layernorm(x2d, self.ln1), self.qkv.weight, self.qkv.bias)
         qkv5 = qkv.view(batch, seq, 3, heads, dim // heads)
         q, k, v = (qkv5[:, :, i].permute(0, 2, 1, 3) for i in range(3))  # [batch, heads, seq, head_dim] views

@@ -5,7 +5,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Causal multi-head attention softmax(q k^T / sqrt(head_dim) + causal mask) v on fp16 [batch, heads, seq, head_dim]."""
+    """Causal attention softmax(q k^T / sqrt(head_dim) + causal mask) v on fp16 [batch, heads, seq, head_dim]."""
 
     def __init__(self):
         super().__init__()

@@ -46,4 +46,4 @@ def get_init_inputs():
     return [dim, num_heads]
 
 
-SMALL_SIZES = {"batch_size": 2, "seq_len": 37, "dim": 32, "num_heads": 2}
+SMALL_SIZES = {"batch_size": 1, "seq_len": 37, "dim": 32, "num_heads": 2}
