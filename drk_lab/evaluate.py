@@ -108,8 +108,6 @@ def to_result(raw: dict, baseline: dict | None, device: str, info: dict) -> Eval
             result.timing_note = f"the reference could not be timed: {(baseline or {}).get('error')}"
         elif not compiled:
             result.timing_note = f"torch.compile failed on the reference: {(baseline or {}).get('compile_error')}"
-    elif result.correct:
-        result.timing_note = "timing was not asked for"
     return result
 
 

@@ -1,0 +1,82 @@
+"""The quickstart: every built-in solution plus broken and cheating variants, in one table."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from drk_lab.evaluate import default_device, evaluate_many
+from drk_lab.result import EvalResult
+from drk_lab.task import DATA_DIR, Task, builtin_solution, builtin_tasks
+
+VARIANTS_DIR = DATA_DIR / "variants"
+
+
+@dataclass
+class Variant:
+    """A planted broken or cheating candidate; its header says which task and what should happen."""
+
+    name: str
+    task: str  # "level1/01_relu"
+    expect: str  # an error kind, or "ok"
+    what: str
+    device: str | None  # "cuda" when it only makes sense on a GPU
+    code: str
+
+
+def load_variants(folder: Path = VARIANTS_DIR) -> list[Variant]:
+    variants = []
+    for path in sorted(folder.glob("*.py")):
+        code = path.read_text()
+        header = dict(re.findall(r"^# (\w+): (.+)$", code, flags=re.M))
+        variants.append(Variant(path.stem, header["task"], header["expect"], header.get("what", ""),
+                                header.get("device"), code))
+    return variants
+
+
+def task_by_id(tasks: list[Task], task_id: str) -> Task:
+    level, name = task_id.split("/")
+    return next(t for t in tasks if t.name == name and f"level{t.level}" == level)
+
+
+def run_quickstart(device: str | None = None, max_in_flight: int | None = None,
+                   variant_timeout_s: float = 15.0) -> list[tuple[str, Task, EvalResult, str]]:
+    """Evaluate every built-in task's solution and the variants; print and return the rows
+    (label, task, result, expected outcome)."""
+    device = device or default_device()
+    tasks = builtin_tasks()
+    if device == "cpu":  # the interpreter runs the small sizes
+        tasks = [t.small() for t in tasks]
+    variants = [v for v in load_variants() if v.device in (None, device)]
+    print(f"drk_lab quickstart on {device}: {len(tasks)} built-in solutions, {len(variants)} planted variants")
+    if device == "cpu":
+        print("No CUDA GPU: the Triton interpreter checks correctness at each task's small sizes; timings need CUDA.")
+    started = time.time()
+    solutions = evaluate_many([(t, builtin_solution(t)) for t in tasks], max_in_flight=max_in_flight, device=device)
+    planted = evaluate_many([(task_by_id(tasks, v.task), v.code) for v in variants], max_in_flight=max_in_flight,
+                            device=device, timeout_s=variant_timeout_s, timing=False,
+                            host_memory_bytes=4 << 30)
+    rows = [(f"solution", t, r, "ok") for t, r in zip(tasks, solutions)]
+    rows += [(f"variant:{v.name}", task_by_id(tasks, v.task), r, v.expect) for v, r in zip(variants, planted)]
+    print(format_table(rows))
+    unexpected = [label for label, _, r, expect in rows if (r.error_kind or "ok") != expect]
+    print(f"\n{len(rows)} evaluations in {time.time() - started:.0f} s; "
+          f"{len(rows) - len(unexpected)} behaved as expected" + (f"; UNEXPECTED: {unexpected}" if unexpected else ""))
+    return rows
+
+
+def format_table(rows) -> str:
+    def fmt(x):
+        return "-" if x is None else f"{x:.2f}x"
+
+    header = f"{'task':30s} {'lvl':>3s} {'candidate':26s} {'correct':7s} {'hacked':6s} {'error kind':19s} {'vs eager':>8s} {'vs compile':>10s}  expected"
+    lines = [header, "-" * len(header)]
+    for label, task, r, expect in rows:
+        got = r.error_kind or "ok"
+        mark = "yes" if got == expect else "NO (" + got + ")"
+        lines.append(f"{task.name:30s} {task.level or '-':>3} {label:26s} {str(r.correct):7s} {str(r.hacked):6s} "
+                     f"{r.error_kind or '-':19s} {fmt(r.speedup):>8s} {fmt(r.speedup_compile):>10s}  {mark}")
+    notes = {r.timing_note for _, _, r, _ in rows if r.timing_note and not r.timings_valid}
+    return "\n".join(lines + [f"note: {n}" for n in sorted(notes)])
