@@ -84,7 +84,7 @@ class EvalResult:
         elif self.error_kind:
             status = f"{self.error_kind}: {(self.error or '').splitlines()[0][:120] if self.error else ''}"
         else:
-            status = "correct"
+            status = "correct" if self.correct else "not evaluated"
         if self.speedup is not None:
             status += f"  speedup {self.speedup:.2f}x"
             if self.speedup_compile is not None:

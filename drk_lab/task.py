@@ -73,17 +73,16 @@ def _module_constants(tree: ast.Module) -> dict[str, tuple[object, ast.expr]]:
             continue
         try:
             constants[target] = (ast.literal_eval(value_node), value_node)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError, RecursionError):
             continue
     return constants
 
 
 def _replace_nodes(source: str, edits: list[tuple[ast.expr, str]]) -> str:
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line.encode()))
     data = source.encode()
+    offsets = [0]  # byte offset of each line start; ast counts lines at \n only
+    for line in data.split(b"\n"):
+        offsets.append(offsets[-1] + len(line) + 1)
     spans = []
     for node, text in edits:
         start = offsets[node.lineno - 1] + node.col_offset

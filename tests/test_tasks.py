@@ -316,8 +316,6 @@ def test_resized_error_for_constant_only_in_a_function():
         task.resized(inner=4)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _replace_nodes uses str.splitlines, which also splits on "
-                   "form feed / \\u2028 etc., so byte offsets are wrong and resized() edits the wrong bytes")
 @pytest.mark.parametrize("separator", ["\x0c", "\u2028", "\x1c", "\x85"])
 def test_resized_with_unusual_line_separators_in_source(separator):
     src = GOOD.replace("# déjà vu", f"# déjà{separator}vu")
@@ -442,8 +440,6 @@ def test_task_error_is_value_error():
     assert issubclass(TaskError, ValueError)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _module_constants catches only ValueError from ast.literal_eval; "
-                   "an unhashable literal raises TypeError, which escapes instead of TaskError")
 def test_unhashable_literal_constant_gives_task_error(tmp_path):
     path = _write(tmp_path, "1_bad.py", GOOD + "\nbad = {[1]: 2}\n")
     with pytest.raises(TaskError, match=re.escape(str(path))):

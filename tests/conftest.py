@@ -1,0 +1,41 @@
+import os
+import tempfile
+
+import pytest
+
+# Baselines and Triton's cache go to a private folder, never the user's ~/.cache.
+os.environ.setdefault("DRK_CACHE_DIR", tempfile.mkdtemp(prefix="drk_test_cache_"))
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tasks():
+    import drk_lab as drk
+
+    return {f"level{t.level}/{t.name}": t for t in drk.builtin_tasks()}
+
+
+@pytest.fixture(scope="session")
+def relu_small(tasks):
+    return tasks["level1/01_relu"].small()
+
+
+@pytest.fixture(scope="session")
+def relu_solution(tasks):
+    import drk_lab as drk
+
+    return drk.builtin_solution(tasks["level1/01_relu"])
