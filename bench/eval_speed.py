@@ -1,0 +1,186 @@
+"""How fast and how steady is evaluate()? Results go to $OUT/bench_<phase>.json; see BENCHMARKS.md.
+
+python bench/eval_speed.py solutions latency          # per-task speedups; seconds per evaluation
+python bench/eval_speed.py throughput stability trials
+
+Each evaluation of a "new kernel" gets a unique comment inside its @triton.jit functions, so
+Triton compiles it afresh, as it would a model's new answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import torch
+
+import drk_lab as drk
+
+OUT = Path(os.environ.get("OUT", "bench_out"))
+OUT.mkdir(parents=True, exist_ok=True)
+IN_FLIGHT = int(os.environ.get("DRK_BENCH_IN_FLIGHT", "8"))
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tasks(levels=(1, 2, 3)):
+    found = [t for t in drk.builtin_tasks() if t.level in levels]
+    return found if DEVICE == "cuda" else [t.small() for t in found]
+
+
+def fresh_kernel(code: str) -> str:
+    """The same solution with a unique comment in every kernel body: a cache miss for Triton."""
+    lines, out, pending = code.splitlines(), [], False
+    for line in lines:
+        out.append(line)
+        if line.lstrip().startswith("@triton.jit"):
+            pending = True
+        elif pending and line.rstrip().endswith(":") and not line.lstrip().startswith("@"):
+            out.append(f"    # fresh {uuid.uuid4().hex}")
+            pending = False
+    return "\n".join(out) + "\n"
+
+
+def io_bytes(task) -> int:
+    """Bytes of all inputs plus all outputs of the reference forward, from a meta-device run."""
+    namespace = {}
+    exec(compile(task.source, task.name, "exec"), namespace)
+    with torch.device("meta"):
+        inputs = namespace["get_inputs"]()
+        model = namespace["Model"](*namespace["get_init_inputs"]())
+        out = model(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return sum(t.numel() * t.element_size() for t in [*inputs, *outs] if isinstance(t, torch.Tensor))
+
+
+def copy_bandwidth() -> float:
+    """Bytes read + written per second by a large device-to-device copy."""
+    src = torch.randn(512 << 20 >> 2, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(20):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return 2 * src.numel() * 4 / statistics.median(times)
+
+
+def save(name: str, data) -> None:
+    (OUT / f"bench_{name}.json").write_text(json.dumps(data, indent=1))
+
+
+def phase_solutions():
+    """Every built-in solution at full size: speedups, and bandwidth against a measured copy."""
+    bandwidth = copy_bandwidth() if DEVICE == "cuda" else None
+    ts = tasks()
+    results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
+    rows = []
+    for t, r in zip(ts, results):
+        row = {"task": f"level{t.level}/{t.name}", "ok": r.ok, "error": r.error, "speedup": r.speedup,
+               "speedup_compile": r.speedup_compile, "runtime_ms": r.runtime_ms, "iqr_ms": r.runtime_iqr_ms,
+               "ref_ms": r.ref_runtime_ms, "ref_compile_ms": r.ref_compile_runtime_ms}
+        if r.runtime_ms:
+            row["io_bytes"] = io_bytes(t)
+            row["achieved_bytes_per_s"] = row["io_bytes"] / (r.runtime_ms * 1e-3)
+            row["fraction_of_copy"] = row["achieved_bytes_per_s"] / bandwidth
+        rows.append(row)
+        print(f"{row['task']:38s} ok={r.ok} x{r.speedup or 0:6.2f} compile x{r.speedup_compile or 0:5.2f} "
+              f"{r.runtime_ms or 0:8.4f} ms  {row.get('fraction_of_copy', 0):5.1%} of copy", flush=True)
+    save("solutions", {"copy_bytes_per_s": bandwidth, "rows": rows})
+
+
+def phase_latency():
+    """One evaluation at a time, each compiling a new kernel: seconds per evaluation."""
+    rows = []
+    for t in tasks((1, 2)):
+        code = drk.builtin_solution(t)
+        start = time.perf_counter()
+        r = drk.evaluate(t, fresh_kernel(code), device=DEVICE)
+        rows.append({"task": f"level{t.level}/{t.name}", "level": t.level, "seconds": time.perf_counter() - start,
+                     "ok": r.ok, "stages": r.stage_seconds, "error": r.error})
+        print(f"{rows[-1]['task']:38s} {rows[-1]['seconds']:5.2f} s ok={r.ok} {r.stage_seconds}", flush=True)
+    summary = {f"level{lvl}_median_s": statistics.median(x["seconds"] for x in rows if x["level"] == lvl) for lvl in (1, 2)}
+    print(summary)
+    save("latency", {"rows": rows, "summary": summary})
+
+
+def throughput(isolation: str, pairs) -> dict:
+    start = time.perf_counter()
+    results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation)
+    seconds = time.perf_counter() - start
+    return {"isolation": isolation, "evaluations": len(pairs), "seconds": seconds,
+            "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
+            "failures": [r.error for r in results if not r.ok][:3]}
+
+
+def phase_throughput():
+    """Many candidates in flight: the fork server against a fresh Python per evaluation."""
+    ts = tasks((1, 2))
+    rows = []
+    for isolation in ("fork", "spawn"):
+        pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for t in ts]
+        rows.append(throughput(isolation, pairs))
+        print(rows[-1], flush=True)
+    rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
+    print(rows[-1])
+    save("throughput", rows)
+
+
+def cv(values):
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
+
+
+def phase_stability(repeats: int = 10):
+    """The same kernel evaluated `repeats` times: coefficient of variation of its speedup."""
+    ts = tasks((1, 2))
+    pairs = [(t, drk.builtin_solution(t)) for t in ts for _ in range(repeats)]
+    results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE)
+    rows = []
+    for i, t in enumerate(ts):
+        speedups = [r.speedup for r in results[i * repeats:(i + 1) * repeats] if r.speedup]
+        rows.append({"task": f"level{t.level}/{t.name}", "speedups": speedups, "cv": cv(speedups) if speedups else None})
+        print(f"{rows[-1]['task']:38s} cv={rows[-1]['cv']}", flush=True)
+    cvs = [x["cv"] for x in rows if x["cv"] is not None]
+    summary = {"median_cv": statistics.median(cvs) if cvs else None, "max_cv": max(cvs) if cvs else None}
+    print(summary)
+    save("stability", {"rows": rows, "summary": summary})
+
+
+def phase_trials(repeats: int = 5):
+    """How the candidate's median time and its spread change with the number of timing trials."""
+    names = {"01_relu", "08_softmax", "12_matmul_fp16", "16_cross_entropy", "01_linear_bias_relu", "06_scaled_masked_softmax"}
+    ts = [t for t in tasks((1, 2)) if t.name in names]
+    rows = []
+    for trials in (10, 30, 100, 300):
+        pairs = [(t, drk.builtin_solution(t)) for t in ts for _ in range(repeats)]
+        start = time.perf_counter()
+        results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, timing_trials=trials)
+        seconds = time.perf_counter() - start
+        for i, t in enumerate(ts):
+            rs = results[i * repeats:(i + 1) * repeats]
+            ms = [r.runtime_ms for r in rs if r.runtime_ms]
+            sp = [r.speedup for r in rs if r.speedup]
+            rows.append({"trials": trials, "task": t.name, "median_ms": statistics.median(ms) if ms else None,
+                         "cv_ms": cv(ms) if ms else None, "cv_speedup": cv(sp) if sp else None,
+                         "mean_iqr_ms": statistics.fmean(r.runtime_iqr_ms for r in rs if r.runtime_iqr_ms is not None) if ms else None})
+        print(f"trials={trials}: {seconds:.1f} s for {len(pairs)} evaluations", flush=True)
+        for row in rows[-len(ts):]:
+            print("   ", row, flush=True)
+    save("trials", rows)
+
+
+if __name__ == "__main__":
+    for phase in sys.argv[1:]:
+        start = time.perf_counter()
+        globals()[f"phase_{phase}"]()
+        print(f"== {phase}: {time.perf_counter() - start:.0f} s", flush=True)
