@@ -16,30 +16,66 @@ class GpuLock:
         os.makedirs(lock_dir, exist_ok=True)
         self.main_path = os.path.join(lock_dir, f"gpu{gpu}.lock")
         self.turnstile_path = os.path.join(lock_dir, f"gpu{gpu}.turnstile")
+        self.held: int | None = None  # fd of the main lock while this process holds it
 
     def _open(self, path: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
-    @contextmanager
-    def shared(self):
+    def acquire(self, exclusive: bool) -> None:
         turnstile, main = self._open(self.turnstile_path), self._open(self.main_path)
         try:
             fcntl.flock(turnstile, fcntl.LOCK_EX)
+            if exclusive:
+                fcntl.flock(main, fcntl.LOCK_EX)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-            fcntl.flock(main, fcntl.LOCK_SH)
+            if not exclusive:
+                fcntl.flock(main, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(main)
+            raise
+        finally:
+            os.close(turnstile)
+        self.held = main
+
+    def release(self) -> None:
+        if self.held is not None:
+            os.close(self.held)
+            self.held = None
+
+    @contextmanager
+    def shared(self):
+        self.acquire(exclusive=False)
+        try:
             yield
         finally:
-            os.close(main)
-            os.close(turnstile)
+            self.release()
 
     @contextmanager
     def exclusive(self):
-        turnstile, main = self._open(self.turnstile_path), self._open(self.main_path)
+        self.acquire(exclusive=True)
         try:
-            fcntl.flock(turnstile, fcntl.LOCK_EX)
-            fcntl.flock(main, fcntl.LOCK_EX)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
             yield
         finally:
-            os.close(main)
-            os.close(turnstile)
+            self.release()
+
+    def release_while_compiling(self) -> None:
+        """Triton compiles on the CPU: let timing proceed meanwhile, take the GPU back afterwards."""
+        try:
+            from triton import knobs
+        except ImportError:
+            return
+        paused = []
+
+        def before_compile(**_):
+            if self.held is not None:
+                self.release()
+                paused.append(True)
+            return None  # a true value would tell Triton to skip the compilation
+
+        def after_compile(**_):
+            if paused:
+                paused.clear()
+                self.acquire(exclusive=False)
+
+        knobs.runtime.jit_cache_hook = before_compile
+        knobs.runtime.jit_post_compile_hook = after_compile

@@ -102,6 +102,8 @@ class Worker:
         self.status = os.fdopen(status_fd, "w", buffering=1)
         self.device = torch.device(job["device"])
         self.lock = GpuLock(job["lock_dir"], self.device.index or 0) if self.device.type == "cuda" else None
+        if self.lock:
+            self.lock.release_while_compiling()
         self.stage_seconds: dict[str, float] = {}
 
     def report(self, **message) -> None:
@@ -132,6 +134,13 @@ class Worker:
 
     def load(self, with_candidate: bool):
         self.stage("load")
+        # model construction and CUDA's start put work on the GPU: keep it out of others' timing
+        with self.lock.shared() if self.lock else nullcontext():
+            loaded = self._load(with_candidate)
+        self.end_stage()
+        return loaded
+
+    def _load(self, with_candidate: bool):
         try:
             ref_module = load_module("reference", "reference.py")
             init_inputs = list(ref_module.get_init_inputs())
@@ -147,7 +156,6 @@ class Worker:
             except BaseException as e:
                 kind = classify(e)
                 raise Stage("load" if kind == "runtime" else kind, short_traceback(e)) from None
-        self.end_stage()
         return ref_module, ref, new
 
     def candidate(self, result: dict) -> dict:

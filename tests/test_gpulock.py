@@ -1,0 +1,52 @@
+"""The per-GPU readers-writer lock, with real processes and real flock."""
+
+import multiprocessing as mp
+import time
+
+from drk_lab.gpulock import GpuLock
+
+
+def hold(lock_dir, exclusive, start_after, hold_for, events):
+    time.sleep(start_after)
+    lock = GpuLock(lock_dir, 0)
+    with lock.exclusive() if exclusive else lock.shared():
+        events.put(("got", "writer" if exclusive else f"reader{start_after}", time.monotonic()))
+        time.sleep(hold_for)
+    events.put(("released", "writer" if exclusive else f"reader{start_after}", time.monotonic()))
+
+
+def test_timing_waits_for_readers_and_new_readers_queue_behind_it(tmp_path):
+    ctx = mp.get_context("fork")
+    events = ctx.Queue()
+    procs = [ctx.Process(target=hold, args=(str(tmp_path), False, 0.0, 0.6, events)),  # correctness work
+             ctx.Process(target=hold, args=(str(tmp_path), True, 0.2, 0.4, events)),  # timing arrives
+             ctx.Process(target=hold, args=(str(tmp_path), False, 0.4, 0.0, events))]  # more correctness
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(10)
+    seen = {}
+    while not events.empty():
+        what, who, when = events.get()
+        seen[(what, who)] = when
+    assert seen[("got", "writer")] >= seen[("released", "reader0.0")]
+    assert seen[("got", "reader0.4")] >= seen[("got", "writer")] + 0.35  # it queued behind the writer
+
+
+def test_compilation_gives_the_gpu_back(tmp_path):
+    from triton import knobs
+
+    lock = GpuLock(str(tmp_path), 0)
+    lock.release_while_compiling()
+    try:
+        with lock.shared():
+            knobs.runtime.jit_cache_hook(key=None)
+            assert lock.held is None
+            other = GpuLock(str(tmp_path), 0)
+            with other.exclusive():  # a timing process can run while we compile
+                pass
+            knobs.runtime.jit_post_compile_hook(key=None)
+            assert lock.held is not None
+        assert lock.held is None
+    finally:
+        knobs.runtime.jit_cache_hook = knobs.runtime.jit_post_compile_hook = None
