@@ -122,9 +122,9 @@ class Worker:
             if self.device.type == "cuda":
                 result["device"] = torch.cuda.get_device_name(self.device)
             if self.job["mode"] == "baseline":
-                result.update(self.baseline())
+                result["baseline"] = self.baseline()
             else:
-                result.update(self.candidate(result))
+                self.candidate(result)
         except Stage as s:
             result.update(error_kind=s.kind, error=str(s))
         except BaseException as e:  # a harness bug must still come back as a result
@@ -158,7 +158,8 @@ class Worker:
                 raise Stage("load" if kind == "runtime" else kind, short_traceback(e)) from None
         return ref_module, ref, new
 
-    def candidate(self, result: dict) -> dict:
+    def candidate(self, result: dict) -> None:
+        """Fills `result` in place, so that what was learnt before a failure is kept."""
         ref_module, ref, new = self.load(with_candidate=True)
         trials, seeds = self.job["correctness_trials"], self.job["trial_seeds"]
         result["seeds"] = [self.job["seed"], *seeds]
@@ -201,7 +202,6 @@ class Worker:
         result["correct"] = True
         if self.job["timing"] and self.device.type == "cuda":
             result["timing"] = self.time_model(ref_module, new)
-        return {}
 
     def time_model(self, ref_module, model) -> dict:
         self.stage("wait_lock")
@@ -215,6 +215,7 @@ class Worker:
         return stats
 
     def baseline(self) -> dict:
+        """Eager and torch.compile timings of the reference alone (no candidate code loaded)."""
         ref_module, ref, _ = self.load(with_candidate=False)
         out = {"eager": self.time_model(ref_module, ref), "compile": None, "compile_error": None}
         self.stage("compile_reference")
@@ -226,10 +227,10 @@ class Worker:
         except BaseException as e:
             out["compile_error"] = short_traceback(e, 1000)
             self.end_stage()
-            return {"baseline": out}
+            return out
         self.end_stage()
         out["compile"] = self.time_model(ref_module, compiled)
-        return {"baseline": out}
+        return out
 
 
 def versions() -> dict:
