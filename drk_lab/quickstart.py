@@ -58,7 +58,7 @@ def run_quickstart(device: str | None = None, max_in_flight: int | None = None,
     planted = evaluate_many([(task_by_id(tasks, v.task), v.code) for v in variants], max_in_flight=max_in_flight,
                             device=device, timeout_s=variant_timeout_s, timing=False,
                             host_memory_bytes=4 << 30)
-    rows = [(f"solution", t, r, "ok") for t, r in zip(tasks, solutions)]
+    rows = [("solution", t, r, "ok") for t, r in zip(tasks, solutions)]
     rows += [(f"variant:{v.name}", task_by_id(tasks, v.task), r, v.expect) for v, r in zip(variants, planted)]
     print(format_table(rows))
     unexpected = [label for label, _, r, expect in rows if (r.error_kind or "ok") != expect]

@@ -175,10 +175,7 @@ class Worker:
                         out = new(*new_inputs)
                         sync(self.device)
                 except BaseException as e:
-                    kind = classify(e)
-                    if kind == "runtime" and i == 0 and isinstance(e, RuntimeError) and "triton" in type(e).__module__:
-                        kind = "compile"
-                    raise Stage(kind, short_traceback(e)) from None
+                    raise Stage(classify(e), short_traceback(e)) from None
                 result["compiled"] = True
                 changed = correctness.mutated_inputs(pristine, new_inputs)
                 if changed:
