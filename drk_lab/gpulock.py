@@ -21,13 +21,17 @@ class GpuLock:
     def _open(self, path: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
-    def acquire(self, exclusive: bool) -> None:
+    def acquire(self, exclusive: bool, queue: bool = True) -> None:
+        """queue=False takes a shared lock at once while other shared holders remain (no waiting
+        behind a queued writer): for joining a reader that is about to leave."""
         turnstile, main = self._open(self.turnstile_path), self._open(self.main_path)
         try:
-            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            if queue:
+                fcntl.flock(turnstile, fcntl.LOCK_EX)
             if exclusive:
                 fcntl.flock(main, fcntl.LOCK_EX)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            if queue:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
             if not exclusive:
                 fcntl.flock(main, fcntl.LOCK_SH)
         except BaseException:

@@ -8,8 +8,10 @@ Process tree for one evaluation in the default "fork" isolation:
 
 A fresh worker per evaluation keeps evaluations apart (no shared CUDA context, allocator,
 monkeypatch, thread or global flag), and forking a preloaded zygote makes that cheap. The
-"spawn" isolation starts a fresh Python for every worker instead: the simple design that
-the benchmark compares against.
+zygote keeps a few supervisor + worker pairs forked ahead of demand, each worker with CUDA
+already started, waiting for a job: a new evaluation starts without paying for CUDA's
+start-up. Each pair still serves exactly one evaluation. The "spawn" isolation starts a
+fresh Python for every worker instead: the simple design that the benchmark compares against.
 """
 
 from __future__ import annotations
@@ -28,10 +30,19 @@ import tempfile
 import threading
 import time
 
+from drk_lab.timing import cache_dir
+
 STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "compile_reference": 900.0}
 MAX_LOCK_WAIT_S = 1800.0  # waiting for the GPU's timing lock does not count against timeout_s
 OUTPUT_KEEP = 8192  # bytes kept from the start and from the end of what the candidate prints
 FATAL_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
+
+
+def default_warm_workers(device: str) -> int:
+    """Supervisor + worker pairs kept ready (each worker holds a CUDA context on a GPU)."""
+    if os.environ.get("DRK_WARM_WORKERS"):
+        return int(os.environ["DRK_WARM_WORKERS"])
+    return 2 if device == "cpu" else min(8, max(2, (os.cpu_count() or 4) // 2))
 
 
 def default_host_memory_bytes() -> int:
@@ -107,12 +118,16 @@ def stage_limit(stage: str, timeouts: dict) -> float | None:
     return timeouts.get(kind, STAGE_TIMEOUTS.get(kind, 120.0))
 
 
-def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool) -> dict:
-    """Watch one worker to its end; return its result, or a classified failure."""
+def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool, ack_w: int | None = None) -> dict:
+    """Watch one worker to its end; return its result, or a classified failure.
+
+    On CUDA the worker reports its result holding a shared GPU lock and waits for an
+    acknowledgement on ack_w; the supervisor joins the lock first and keeps it until the worker
+    is gone, so that tearing down its CUDA context never lands in another worker's timing."""
     timeouts = {**STAGE_TIMEOUTS, **job.get("stage_timeouts", {})}
     total_limit, memory_limit = job["timeout_s"], job["host_memory_bytes"]
     output, status_buf = OutputTail(), b""
-    result, stage, failure, result_at = None, "start", None, None
+    result, stage, failure, result_at, exit_guard = None, "start", None, None, None
     started = stage_started = time.monotonic()
     waited = 0.0  # seconds spent waiting for the timing lock
     open_fds = {status_r, out_r}
@@ -154,6 +169,8 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool) -> d
                         continue
                     if "result" in message:
                         result = message["result"]
+                        exit_guard = join_gpu_lock(job)
+                        send_ack(ack_w)
                     elif "stage" in message:
                         if stage == "wait_lock":
                             waited += time.monotonic() - stage_started
@@ -170,6 +187,8 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool) -> d
             _, exit_status = os.waitpid(pid, 0)
         except ChildProcessError:
             exit_status = 0
+    if exit_guard is not None:
+        exit_guard.release()
     for fd in (status_r, out_r):
         os.close(fd)
     if failure:
@@ -180,6 +199,24 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool) -> d
     result["stdout"] = output.text()
     result.setdefault("eval_seconds", time.monotonic() - started)
     return result
+
+
+def join_gpu_lock(job: dict):
+    if job["device"] == "cpu":
+        return None
+    from drk_lab.gpulock import GpuLock
+
+    lock = GpuLock(job["lock_dir"], gpu_index(job["device"]))
+    lock.acquire(exclusive=False, queue=False)
+    return lock
+
+
+def send_ack(ack_w: int | None) -> None:
+    if ack_w is not None:
+        try:
+            os.write(ack_w, b"\n")
+        except OSError:
+            pass  # the worker is already gone
 
 
 def death_result(exit_status: int, stage: str) -> dict:
@@ -204,8 +241,12 @@ def prepare_workdir(job: dict) -> str:
     return workdir
 
 
-def become_worker(job: dict, status_w: int, out_w: int | None = None) -> None:
-    """In the new worker process: own session, output to the pipe, limits; then run the job.
+def gpu_index(device: str) -> int:
+    return int(device.partition(":")[2] or 0)
+
+
+def enter_worker(out_w: int | None) -> None:
+    """In a new worker process: own session, output to the pipe, first in line for the OOM killer.
     With out_w=None the spawner has already made the session and redirected the output."""
     if out_w is not None:
         os.setsid()
@@ -222,29 +263,43 @@ def become_worker(job: dict, status_w: int, out_w: int | None = None) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def warm_up(device: str, lock_dir: str) -> None:
+    """Start CUDA, cuBLAS and Triton's driver before any job arrives (under a shared GPU lock,
+    since a new CUDA context puts work on the GPU)."""
+    if device == "cpu":
+        return
+    import torch
+    from triton.runtime import driver
+
+    from drk_lab.gpulock import GpuLock
+
+    with GpuLock(lock_dir, gpu_index(device)).shared():
+        x = torch.ones(64, 64, device=device)
+        (x @ x).sum().item()
+        driver.active.get_current_target()
+        torch.cuda.synchronize(device)
+
+
+def run_job(job: dict, status_w: int, ack_r: int | None) -> None:
     os.chdir(job["workdir"])
     sys.path.insert(0, job["workdir"])
     os.environ.update(job.get("env", {}))
     from drk_lab import worker
 
-    worker.main(job, status_w)
+    worker.main(job, status_w, ack_r)
 
 
-def run_forked(job: dict) -> dict:
-    """Supervisor side in fork isolation: fork the worker from this (preloaded) process."""
-    status_r, status_w = os.pipe()
-    out_r, out_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(status_r)
-            os.close(out_r)
-            become_worker(job, status_w, out_w)
-        finally:
-            os._exit(70)
-    os.close(status_w)
-    os.close(out_w)
-    return supervise(job, pid, status_r, out_r, reaper=True)
+def read_line(fd: int) -> bytes:
+    """One line from a pipe, byte by byte so that nothing after it is consumed; b"" at EOF."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1)
+        if not chunk:
+            return b""
+        data += chunk
+    return data
 
 
 def run_spawned(job: dict) -> dict:
@@ -258,11 +313,13 @@ def run_spawned(job: dict) -> dict:
         start_new_session=True, env=env, cwd=job["workdir"])
     os.close(status_w)
     os.close(out_w)
-    proc.stdin.write(json.dumps(job).encode())
-    proc.stdin.close()
-    result = supervise(job, proc.pid, status_r, out_r, reaper=False)
-    proc.returncode = 0  # already reaped by supervise
-    return result
+    proc.stdin.write((json.dumps(job) + "\n").encode())
+    proc.stdin.flush()
+    try:
+        return supervise(job, proc.pid, status_r, out_r, reaper=False, ack_w=proc.stdin.fileno())
+    finally:
+        proc.stdin.close()
+        proc.returncode = 0  # already reaped by supervise
 
 
 def device_env(device: str) -> dict:
@@ -290,7 +347,7 @@ def gpu_name() -> str:
 
 # ---- the zygote ------------------------------------------------------------------------------
 
-def serve(device: str, socket_path: str) -> None:
+def serve(device: str, socket_path: str, lock_dir: str, warm: int) -> None:
     import torch  # noqa: F401  preloaded for every worker forked from here
     import triton  # noqa: F401
     import triton.language  # noqa: F401
@@ -300,34 +357,82 @@ def serve(device: str, socket_path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(256)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
+    taken_r, taken_w = os.pipe()  # an idle supervisor that accepts a job writes its pid here
+    idle: set[int] = set()
     hello = {"ready": True, "pid": os.getpid(), "versions": worker.versions(),
              "device_name": gpu_name() if device != "cpu" else "cpu"}
     sys.stdout.write(json.dumps(hello) + "\n")
     sys.stdout.flush()
     while True:
-        ready, _, _ = select.select([listener, sys.stdin], [], [])
+        while len(idle) < warm:
+            idle.add(fork_supervisor(listener, taken_r, taken_w, device, lock_dir))
+        ready, _, _ = select.select([taken_r, sys.stdin], [], [], 1.0)
         if sys.stdin in ready and not sys.stdin.buffer.read1(1):
-            os._exit(0)  # the caller went away
-        if listener in ready:
-            conn, _ = listener.accept()
-            if os.fork() == 0:
+            for pid in idle:  # the caller went away
+                os.kill(pid, signal.SIGKILL)
+            os._exit(0)
+        if taken_r in ready:
+            for pid in os.read(taken_r, 65536).split():
+                idle.discard(int(pid))
+        while True:  # reap supervisors that finished, and idle ones that died
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            idle.discard(pid)
+
+
+def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device: str, lock_dir: str) -> int:
+    """Fork a supervisor with its worker; the worker warms up while the supervisor waits for a job."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.close(taken_r)
+        set_parent_death_signal()
+        os.setpgid(0, 0)
+        set_subreaper()
+        status_r, status_w = os.pipe()
+        out_r, out_w = os.pipe()
+        job_r, job_w = os.pipe()
+        worker_pid = os.fork()
+        if worker_pid == 0:
+            try:
                 listener.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                serve_one(conn)
-                os._exit(0)
-            conn.close()
+                for fd in (status_r, out_r, job_w, taken_w):
+                    os.close(fd)
+                set_parent_death_signal()
+                enter_worker(out_w)
+                warm_up(device, lock_dir)
+                line = read_line(job_r)
+                if line:
+                    run_job(json.loads(line), status_w, job_r)
+            finally:
+                os._exit(70)
+        for fd in (status_w, out_w, job_r):
+            os.close(fd)
+        conn, _ = listener.accept()
+        listener.close()
+        os.write(taken_w, f"{os.getpid()}\n".encode())
+        os.close(taken_w)
+        serve_one(conn, worker_pid, status_r, out_r, job_w)
+    finally:
+        os._exit(0)
 
 
-def serve_one(conn: socket.socket) -> None:
-    """The supervisor for one evaluation (a child of the zygote)."""
-    os.setpgid(0, 0)
-    set_subreaper()
+def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, job_w: int) -> None:
+    """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer."""
     stream = conn.makefile("rwb")
     job = json.loads(stream.readline())
     job["workdir"] = prepare_workdir(job)
     try:
-        result = run_forked(job)
+        try:
+            os.write(job_w, (json.dumps(job) + "\n").encode())
+        except OSError:
+            pass  # the worker died warming up: supervise() classifies its death
+        result = supervise(job, worker_pid, status_r, out_r, reaper=True, ack_w=job_w)
     except BaseException as e:
         result = {"error_kind": "harness", "error": f"supervisor: {type(e).__name__}: {e}"}
     finally:
@@ -336,15 +441,23 @@ def serve_one(conn: socket.socket) -> None:
     stream.flush()
 
 
+def set_parent_death_signal() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 # ---- the caller's side -----------------------------------------------------------------------
 
 class Sandbox:
     """Runs jobs in isolated workers; thread-safe; restarts its zygote if it dies."""
 
-    def __init__(self, device: str = "cpu", isolation: str = "fork"):
+    def __init__(self, device: str = "cpu", isolation: str = "fork", warm_workers: int | None = None):
         if isolation not in ("fork", "spawn"):
             raise ValueError("isolation must be 'fork' or 'spawn'")
         self.device, self.isolation = device, isolation
+        self.warm_workers = warm_workers if warm_workers is not None else default_warm_workers(device)
         self.zygote: subprocess.Popen | None = None
         self.info: dict = {}
         self._lock = threading.Lock()
@@ -357,15 +470,17 @@ class Sandbox:
             if self.zygote is not None and self.zygote.poll() is None:
                 return self.info
             if self.isolation == "spawn":
+                if self.info:
+                    return self.info
                 from drk_lab import worker  # versions for the baseline key, from this interpreter
 
                 self.info = {"versions": worker.versions(),
                              "device_name": gpu_name() if self.device != "cpu" else "cpu"}
                 return self.info
             self.socket_path = os.path.join(self._dir, f"zygote{time.monotonic_ns()}.sock")
-            env = {**os.environ, **device_env(self.device)}
+            env = {**os.environ, **device_env(self.device), "TRITON_CACHE_DIR": str(cache_dir() / "triton")}
             self.zygote = subprocess.Popen(
-                [*ENTRY, "serve", self.device, self.socket_path],
+                [*ENTRY, "serve", self.device, self.socket_path, self.lock_dir, str(self.warm_workers)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
             line = self.zygote.stdout.readline()
             if not line:
@@ -424,9 +539,10 @@ def get_sandbox(device: str, isolation: str = "fork") -> Sandbox:
 
 def main(argv: list[str]) -> None:
     if argv[0] == "serve":
-        serve(argv[1], argv[2])
-    elif argv[0] == "worker":  # spawn isolation: job on stdin, status fd in argv
-        become_worker(json.loads(sys.stdin.read()), int(argv[1]))
+        serve(argv[1], argv[2], argv[3], int(argv[4]))
+    elif argv[0] == "worker":  # spawn isolation: the job and then the acknowledgement on stdin
+        enter_worker(None)
+        run_job(json.loads(read_line(0)), int(argv[1]), 0)
 
 
 ENTRY = [sys.executable, "-c", "import sys; from drk_lab.sandbox import main; main(sys.argv[1:])"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import select
 import sys
 import time
 import traceback
@@ -241,12 +242,20 @@ def versions() -> dict:
     return v
 
 
-def main(job: dict, status_fd: int) -> None:
-    """Entry point inside the worker process (forked or spawned); never returns normally."""
+def main(job: dict, status_fd: int, ack_fd: int | None = None) -> None:
+    """Entry point inside the worker process (forked or spawned); never returns normally.
+
+    On CUDA the result is reported under a shared GPU lock, held until the supervisor has joined
+    it (a line on ack_fd): this process's CUDA context then goes away outside anyone's timing."""
     worker = Worker(job, status_fd)
     try:
-        worker.report(result=worker.run())
+        result = worker.run()
+        if worker.lock and ack_fd is not None:
+            worker.lock.acquire(exclusive=False)
+        worker.report(result=result)
         worker.status.flush()
+        if worker.lock and ack_fd is not None:
+            select.select([ack_fd], [], [], 10.0)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

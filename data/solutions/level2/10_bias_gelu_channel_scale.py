@@ -7,6 +7,16 @@ import triton.language as tl
 
 
 @triton.jit
+def _erf(x):
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): one exp and five FMAs, cheaper than libdevice's erf
+    a = tl.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1.0 - poly * tl.exp(-a * a)
+    return tl.where(x < 0, -y, y)
+
+
+@triton.jit
 def bias_gelu_scale_kernel(x_ptr, bias_ptr, scale_ptr, out_ptr, channels, HW, BLOCK: tl.constexpr):
     plane = tl.program_id(0)
     channel = plane % channels
@@ -16,7 +26,7 @@ def bias_gelu_scale_kernel(x_ptr, bias_ptr, scale_ptr, out_ptr, channels, HW, BL
     bias = tl.load(bias_ptr + channel).to(tl.float32)
     scale = tl.load(scale_ptr + channel).to(tl.float32)
     v = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(tl.float32) + bias
-    y = 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476)) * scale
+    y = 0.5 * v * (1.0 + _erf(v * 0.7071067811865476)) * scale
     tl.store(out_ptr + base + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
