@@ -151,6 +151,7 @@ class KernelLaunches:
 
     # -- recording ------------------------------------------------------------------------
     def is_candidate(self, fn) -> bool:
+        """Whether a kernel's Python function (None when unknown) was defined in the watched file."""
         if self.only_file is None:
             return True
         code = getattr(fn, "__code__", None)
@@ -203,7 +204,7 @@ def _note(kernel, via: str, grid, stream, current, skippable: bool):
     name = getattr(fn, "__name__", None) or getattr(kernel, "name", None) or type(kernel).__name__
     skip, recs = False, []
     for s in _sessions:
-        candidate = s.is_candidate(fn) if fn is not None else s.only_file is None
+        candidate = s.is_candidate(fn)
         skip = skip or (skippable and s.disabled and candidate)
         recs.append((s, candidate))
     records = [s._record(name, c, grid, stream, current, via, skip) for s, c in recs]
@@ -237,9 +238,10 @@ def _wrap_autotuner_run(original):
         if not _sessions or kwargs.get("warmup"):
             return original(self, *args, **kwargs)
         fn = _python_function(self)
-        if any(s.disabled and (s.is_candidate(fn) if fn is not None else s.only_file is None) for s in _sessions):
+        if any(s.disabled and s.is_candidate(fn) for s in _sessions):
             # skip before tuning: benchmarking no-op launches would cache a meaningless config
-            _note(self, "autotuner", None, _stream_now(), _stream_now(), True)
+            stream = _stream_now()
+            _note(self, "autotuner", None, stream, stream, True)
             return None
         return original(self, *args, **kwargs)
     run.__wrapped__ = original
