@@ -1,7 +1,7 @@
 """How fast and how steady is evaluate()? Results go to $OUT/bench_<phase>.json; see BENCHMARKS.md.
 
 python bench/eval_speed.py solutions latency          # per-task speedups; seconds per evaluation
-python bench/eval_speed.py throughput stability trials
+python bench/eval_speed.py throughput stability stability_serial trials
 
 Each evaluation of a "new kernel" gets a unique comment inside its @triton.jit functions, so
 Triton compiles it afresh, as it would a model's new answer.
@@ -140,20 +140,34 @@ def cv(values):
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
 
 
-def phase_stability(repeats: int = 10):
-    """The same kernel evaluated `repeats` times: coefficient of variation of its speedup."""
+def phase_stability():
+    """The same kernel evaluated 10 times, IN_FLIGHT evaluations at once: CV of its speedup."""
+    stability(IN_FLIGHT, "stability")
+
+
+def phase_stability_serial():
+    """As phase_stability, one evaluation at a time."""
+    stability(1, "stability_serial")
+
+
+def stability(in_flight: int, name: str, repeats: int = 10):
     ts = tasks((1, 2))
     pairs = [(t, drk.builtin_solution(t)) for t in ts for _ in range(repeats)]
-    results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE)
+    start = time.perf_counter()
+    results = drk.evaluate_many(pairs, max_in_flight=in_flight, device=DEVICE)
+    wall = time.perf_counter() - start
     rows = []
     for i, t in enumerate(ts):
         speedups = [r.speedup for r in results[i * repeats:(i + 1) * repeats] if r.speedup]
-        rows.append({"task": f"level{t.level}/{t.name}", "speedups": speedups, "cv": cv(speedups) if speedups else None})
+        seconds = [r.eval_seconds for r in results[i * repeats:(i + 1) * repeats]]
+        rows.append({"task": f"level{t.level}/{t.name}", "speedups": speedups, "cv": cv(speedups) if speedups else None,
+                     "eval_seconds": seconds})
         print(f"{rows[-1]['task']:38s} cv={rows[-1]['cv']}", flush=True)
     cvs = [x["cv"] for x in rows if x["cv"] is not None]
-    summary = {"median_cv": statistics.median(cvs) if cvs else None, "max_cv": max(cvs) if cvs else None}
+    summary = {"in_flight": in_flight, "evaluations_per_s": len(pairs) / wall, "median_cv": statistics.median(cvs) if cvs else None,
+               "max_cv": max(cvs) if cvs else None}
     print(summary)
-    save("stability", {"rows": rows, "summary": summary})
+    save(name, {"rows": rows, "summary": summary})
 
 
 def phase_trials(repeats: int = 5):

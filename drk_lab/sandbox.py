@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 from drk_lab.timing import cache_dir
 
@@ -77,37 +78,43 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
+def parents() -> dict[int, int]:
+    """pid -> parent pid for every process we can see."""
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
+                    found[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 pass
     return found
 
 
 def kill_tree(pgid: int, reaper: bool) -> None:
-    """Kill the worker's process group and, when we are a subreaper, every orphan it left us."""
+    """Kill the worker's process group, every process descended from it and, when we are a
+    subreaper, every orphan it left us. The worker itself (pid == pgid) is left for the caller
+    to wait for."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if not reaper:
-        return
+    me = os.getpid()
     for _ in range(50):
-        orphans = children_of(os.getpid())
-        if not orphans:
+        parent_of = parents()
+        doomed, frontier = set(), {pgid} | ({p for p, pp in parent_of.items() if pp == me} if reaper else set())
+        while frontier:
+            doomed |= frontier
+            frontier = {p for p, pp in parent_of.items() if pp in frontier} - doomed
+        doomed.discard(pgid)
+        if not doomed:
             break
-        for pid in orphans:
+        for pid in doomed:
             try:
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
+                if parent_of.get(pid) == me:
+                    os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
                 pass
 
 
@@ -118,16 +125,19 @@ def stage_limit(stage: str, timeouts: dict) -> float | None:
     return timeouts.get(kind, STAGE_TIMEOUTS.get(kind, 120.0))
 
 
-def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool, ack_w: int | None = None) -> dict:
-    """Watch one worker to its end; return its result, or a classified failure.
+def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
+              ack_w: int | None = None) -> tuple[dict, Callable[[], None]]:
+    """Watch one worker until it reports or fails: (its result or a classified failure, finish).
 
-    On CUDA the worker reports its result holding a shared GPU lock and waits for an
-    acknowledgement on ack_w; the supervisor joins the lock first and keeps it until the worker
-    is gone, so that tearing down its CUDA context never lands in another worker's timing."""
+    The worker is killed before this returns; finish() waits until it is gone. On CUDA the
+    worker reports its result holding a shared GPU lock and waits for an acknowledgement on
+    ack_w; the supervisor joins the lock first and keeps it until finish() has seen the worker
+    go, so that tearing down its CUDA context never lands in another worker's timing, while
+    the caller already has the result."""
     timeouts = {**STAGE_TIMEOUTS, **job.get("stage_timeouts", {})}
     total_limit, memory_limit = job["timeout_s"], job["host_memory_bytes"]
     output, status_buf = OutputTail(), b""
-    result, stage, failure, result_at, exit_guard = None, "start", None, None, None
+    result, stage, failure, exit_guard = None, "start", None, None
     started = stage_started = time.monotonic()
     waited = 0.0  # seconds spent waiting for the timing lock
     open_fds = {status_r, out_r}
@@ -171,34 +181,39 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool, ack_
                         result = message["result"]
                         exit_guard = join_gpu_lock(job)
                         send_ack(ack_w)
+                        break
                     elif "stage" in message:
                         if stage == "wait_lock":
                             waited += time.monotonic() - stage_started
                         stage, stage_started = str(message["stage"]), time.monotonic()
         if result is not None:
-            if result_at is None:
-                result_at = time.monotonic()
-            # the worker exits right after reporting; a straggler it left holding the pipe is killed
-            if status_r not in open_fds or time.monotonic() - result_at > 2.0:
-                break
+            break
+    while out_r in open_fds and select.select([out_r], [], [], 0)[0]:  # what it printed before reporting
+        data = os.read(out_r, 65536)
+        output.add(data) if data else open_fds.discard(out_r)
     kill_tree(pid, reaper)
-    if exit_status is None:
-        try:
-            _, exit_status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            exit_status = 0
-    if exit_guard is not None:
-        exit_guard.release()
     for fd in (status_r, out_r):
         os.close(fd)
+
+    def wait_for_worker() -> int:
+        try:
+            return os.waitpid(pid, 0)[1] if exit_status is None else exit_status
+        except ChildProcessError:
+            return 0
+
+    def finish() -> None:
+        wait_for_worker()
+        if exit_guard is not None:
+            exit_guard.release()
+
     if failure:
         kind, message = failure
         result = {"error_kind": kind, "error": message}
     elif result is None:
-        result = death_result(exit_status, stage)
+        result = death_result(wait_for_worker(), stage)
     result["stdout"] = output.text()
     result.setdefault("eval_seconds", time.monotonic() - started)
-    return result
+    return result, finish
 
 
 def join_gpu_lock(job: dict):
@@ -316,7 +331,9 @@ def run_spawned(job: dict) -> dict:
     proc.stdin.write((json.dumps(job) + "\n").encode())
     proc.stdin.flush()
     try:
-        return supervise(job, proc.pid, status_r, out_r, reaper=False, ack_w=proc.stdin.fileno())
+        result, finish = supervise(job, proc.pid, status_r, out_r, reaper=False, ack_w=proc.stdin.fileno())
+        finish()
+        return result
     finally:
         proc.stdin.close()
         proc.returncode = 0  # already reaped by supervise
@@ -427,18 +444,21 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
     stream = conn.makefile("rwb")
     job = json.loads(stream.readline())
     job["workdir"] = prepare_workdir(job)
+    finish = None
     try:
         try:
             os.write(job_w, (json.dumps(job) + "\n").encode())
         except OSError:
             pass  # the worker died warming up: supervise() classifies its death
-        result = supervise(job, worker_pid, status_r, out_r, reaper=True, ack_w=job_w)
+        result, finish = supervise(job, worker_pid, status_r, out_r, reaper=True, ack_w=job_w)
     except BaseException as e:
         result = {"error_kind": "harness", "error": f"supervisor: {type(e).__name__}: {e}"}
     finally:
         shutil.rmtree(job["workdir"], ignore_errors=True)
     stream.write((json.dumps(result) + "\n").encode())
     stream.flush()
+    if finish is not None:
+        finish()  # the caller has its answer; the worker's exit happens off its clock
 
 
 def set_parent_death_signal() -> None:

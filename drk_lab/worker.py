@@ -252,6 +252,8 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None) -> None:
         result = worker.run()
         if worker.lock and ack_fd is not None:
             worker.lock.acquire(exclusive=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
         worker.report(result=result)
         worker.status.flush()
         if worker.lock and ack_fd is not None:
