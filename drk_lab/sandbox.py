@@ -280,23 +280,6 @@ def enter_worker(out_w: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def warm_up(device: str, lock_dir: str) -> None:
-    """Start CUDA, cuBLAS and Triton's driver before any job arrives (under a shared GPU lock,
-    since a new CUDA context puts work on the GPU)."""
-    if device == "cpu":
-        return
-    import torch
-    from triton.runtime import driver
-
-    from drk_lab.gpulock import GpuLock
-
-    with GpuLock(lock_dir, gpu_index(device)).shared():
-        x = torch.ones(64, 64, device=device)
-        (x @ x).sum().item()
-        driver.active.get_current_target()
-        torch.cuda.synchronize(device)
-
-
 def run_job(job: dict, status_w: int, ack_r: int | None) -> None:
     os.chdir(job["workdir"])
     sys.path.insert(0, job["workdir"])
@@ -371,6 +354,10 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int) -> None:
 
     from drk_lab import worker
 
+    if device != "cpu":
+        from drk_lab.warm import precompute_in_zygote
+
+        precompute_in_zygote()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(256)
@@ -422,7 +409,10 @@ def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device:
                     os.close(fd)
                 set_parent_death_signal()
                 enter_worker(out_w)
-                warm_up(device, lock_dir)
+                if device != "cpu":
+                    from drk_lab.warm import warm_up
+
+                    warm_up(device, lock_dir, gpu_index(device))
                 line = read_line(job_r)
                 if line:
                     run_job(json.loads(line), status_w, job_r)

@@ -1,0 +1,40 @@
+"""What a fresh worker does before its job arrives: start CUDA, cuBLAS, the random generator and
+Triton's launch path, so that none of it lands in the evaluation that follows."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from drk_lab import correctness
+from drk_lab.gpulock import GpuLock
+
+
+@triton.jit
+def fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, value, mask=offsets < n)
+
+
+def warm_up(device: str, lock_dir: str, gpu: int) -> None:
+    """Under a shared GPU lock: a new CUDA context puts work on the GPU."""
+    with GpuLock(lock_dir, gpu).shared():
+        x = torch.randn(64, 64, device=device)
+        (x @ x).sum().item()
+        out = torch.empty(1000, device=device)
+        fill_kernel[(1,)](out, 1.0, out.numel(), BLOCK=1024)  # compiled once, then read from Triton's cache
+        correctness.poison_memory(correctness.tensor_specs([out]), torch.device(device))
+        correctness.compare(out, out.clone(), None, None)
+        torch.cuda.synchronize(device)
+
+
+def precompute_in_zygote() -> None:
+    """CPU-only work that every worker would repeat (Triton hashes its own install to key its
+    cache: about half a second); done once before forking. Never touches CUDA."""
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except (ImportError, OSError):
+        pass
