@@ -7,6 +7,7 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from drk_lab.hacking import static_hack_check
 from drk_lab.result import EvalResult
 from drk_lab.sandbox import get_sandbox
 from drk_lab.static import check_candidate
@@ -30,17 +31,23 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
              timing_trials: int = 100, warmup: int = 3, timeout_s: float = 120.0, device: str | None = None,
              seed: int | None = None, atol: float | None = None, rtol: float | None = None,
              flush_bytes: int = FLUSH_BYTES, isolation: str = "fork", stage_timeouts: dict | None = None,
-             host_memory_bytes: int | None = None) -> EvalResult:
+             host_memory_bytes: int | None = None, hack_checks: bool = True) -> EvalResult:
     """Check, run and time one candidate `ModelNew` source against a task's reference `Model`.
 
     The candidate only ever runs in a separate worker process. On CPU (or device="cpu") the
     Triton interpreter runs the correctness stages and timings are None with the reason.
-    `profile` is accepted for the profiling stage (coverage, kernel table), not yet measured.
+    With `hack_checks` (the default) the static and runtime reward-hacking checks run, and on
+    CUDA the candidate is profiled (kernel table, coverage, bandwidth); turning them off is for
+    studying the harness itself, never for rewards.
     """
     static_failure = check_candidate(code)
     if static_failure:
         kind, message = static_failure
         return EvalResult(error_kind=kind, error=message)
+    if hack_checks:
+        found = static_hack_check(code)
+        if found:
+            return EvalResult(error_kind="hacked", error=found[1], hacked=True, hack_reasons=found[0])
     device = device or default_device()
     sandbox = get_sandbox(device, isolation)
     info = sandbox.start()
@@ -51,7 +58,8 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
         "trial_seeds": [rng.randrange(2**31) for _ in range(correctness_trials)],
         "timing_seed": rng.randrange(2**31), "timing": timing, "timing_trials": timing_trials,
         "warmup": warmup, "flush_bytes": flush_bytes, "atol": atol, "rtol": rtol,
-        "timeout_s": timeout_s, "stage_timeouts": stage_timeouts or {},
+        "timeout_s": timeout_s, "stage_timeouts": stage_timeouts or {}, "hack_checks": hack_checks,
+        "profile": profile,
         "env": {"TRITON_CACHE_DIR": str(cache_dir() / "triton")},
     }
     if host_memory_bytes:

@@ -12,6 +12,7 @@ from drk_lab.result import EvalResult
 from drk_lab.task import DATA_DIR, Task, builtin_solution, builtin_tasks
 
 VARIANTS_DIR = DATA_DIR / "variants"
+HACKS_DIR = DATA_DIR / "hacks"  # one or more planted cheats per reason code of DESIGN §6
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Variant:
     what: str
     device: str | None  # "cuda" when it only makes sense on a GPU
     code: str
+    hack_checks: bool = True  # off for crash tests whose crash the static checks would prevent
 
 
 def load_variants(folder: Path = VARIANTS_DIR) -> list[Variant]:
@@ -32,7 +34,8 @@ def load_variants(folder: Path = VARIANTS_DIR) -> list[Variant]:
         code = path.read_text()
         header = dict(re.findall(r"^# (\w+): (.+)$", code, flags=re.M))
         variants.append(Variant(path.stem, header["task"], header["expect"], header.get("what", ""),
-                                header.get("device"), code))
+                                header.get("device") or ("cuda" if header.get("check") == "gpu" else None), code,
+                                not header.get("hack_checks", "").startswith("off")))
     return variants
 
 
@@ -49,34 +52,48 @@ def run_quickstart(device: str | None = None, max_in_flight: int | None = None,
     tasks = builtin_tasks()
     if device == "cpu":  # the interpreter runs the small sizes
         tasks = [t.small() for t in tasks]
-    variants = [v for v in load_variants() if v.device in (None, device)]
+    variants = [v for v in load_variants() + load_variants(HACKS_DIR) if v.device in (None, device)]
     print(f"drk_lab quickstart on {device}: {len(tasks)} built-in solutions, {len(variants)} planted variants")
     if device == "cpu":
         print("No CUDA GPU: the Triton interpreter checks correctness at each task's small sizes; timings need CUDA.")
     started = time.time()
     solutions = evaluate_many([(t, builtin_solution(t)) for t in tasks], max_in_flight=max_in_flight, device=device)
-    planted = evaluate_many([(task_by_id(tasks, v.task), v.code) for v in variants], max_in_flight=max_in_flight,
-                            device=device, timeout_s=variant_timeout_s, timing=False,
-                            host_memory_bytes=4 << 30)
+    planted = {}
+    for checks in (True, False):
+        group = [v for v in variants if v.hack_checks == checks]
+        results = evaluate_many([(task_by_id(tasks, v.task), v.code) for v in group], max_in_flight=max_in_flight,
+                                device=device, timeout_s=variant_timeout_s, timing=False,
+                                host_memory_bytes=4 << 30, hack_checks=checks)
+        planted.update({v.name: r for v, r in zip(group, results)})
+    planted = [planted[v.name] for v in variants]
     rows = [("solution", t, r, "ok") for t, r in zip(tasks, solutions)]
     rows += [(f"variant:{v.name}", task_by_id(tasks, v.task), r, v.expect) for v, r in zip(variants, planted)]
     print(format_table(rows))
-    unexpected = [label for label, _, r, expect in rows if (r.error_kind or "ok") != expect]
+    unexpected = [label for label, _, r, expect in rows if verdict(r, expect) == "NO"]
     print(f"\n{len(rows)} evaluations in {time.time() - started:.0f} s; "
           f"{len(rows) - len(unexpected)} behaved as expected" + (f"; UNEXPECTED: {unexpected}" if unexpected else ""))
     return rows
+
+
+def verdict(result: EvalResult, expect: str) -> str:
+    got = result.error_kind or "ok"
+    if got == expect:
+        return "yes"
+    if expect == "hacked" and got == "mismatch":
+        return "caught as mismatch"  # no reward either way; the runtime checks did not name it
+    return "NO"
 
 
 def format_table(rows) -> str:
     def fmt(x):
         return "-" if x is None else f"{x:.2f}x"
 
-    header = f"{'task':30s} {'lvl':>3s} {'candidate':26s} {'correct':7s} {'hacked':6s} {'error kind':19s} {'vs eager':>8s} {'vs compile':>10s}  expected"
+    header = f"{'task':30s} {'lvl':>3s} {'candidate':40s} {'correct':7s} {'hacked':6s} {'error kind':19s} {'vs eager':>8s} {'vs compile':>10s}  expected"
     lines = [header, "-" * len(header)]
     for label, task, r, expect in rows:
-        got = r.error_kind or "ok"
-        mark = "yes" if got == expect else "NO (" + got + ")"
-        lines.append(f"{task.name:30s} {task.level or '-':>3} {label:26s} {str(r.correct):7s} {str(r.hacked):6s} "
-                     f"{r.error_kind or '-':19s} {fmt(r.speedup):>8s} {fmt(r.speedup_compile):>10s}  {mark}")
+        lines.append(f"{task.name:30s} {task.level or '-':>3} {label[:40]:40s} {str(r.correct):7s} {str(r.hacked):6s} "
+                     f"{r.error_kind or '-':19s} {fmt(r.speedup):>8s} {fmt(r.speedup_compile):>10s}  {verdict(r, expect)}")
+        if r.hacked:
+            lines.append(f"{'':35s}-> {', '.join(r.hack_reasons)}: {(r.error or '').splitlines()[0][:110]}")
     notes = {r.timing_note for _, _, r, _ in rows if r.timing_note and not r.timings_valid}
     return "\n".join(lines + [f"note: {n}" for n in sorted(notes)])

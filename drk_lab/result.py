@@ -49,6 +49,8 @@ class EvalResult:
     versions: dict[str, str] = field(default_factory=dict)
     timings_valid: bool = False
     timing_note: str | None = None  # why timings are missing or doubtful
+    bandwidth_fraction: float | None = None  # bytes of inputs + outputs per second / measured copy bandwidth
+    bottleneck: str | None = None  # the profile in a sentence, for feedback
     max_abs_error: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     eval_seconds: float | None = None

@@ -15,12 +15,17 @@ import sys
 import time
 import traceback
 from contextlib import nullcontext
+from functools import partial
 
 import torch
 
-from drk_lab import correctness
+from drk_lab import correctness, runtime_checks
 from drk_lab.gpulock import GpuLock
+from drk_lab.launches import KernelLaunches
 from drk_lab.timing import time_cuda
+
+
+IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
 
 
 class Stage(Exception):
@@ -105,6 +110,9 @@ class Worker:
         self.lock = GpuLock(job["lock_dir"], self.device.index or 0) if self.device.type == "cuda" else None
         if self.lock:
             self.lock.release_while_compiling()
+        self.checks = job.get("hack_checks", True)
+        self.profiling = job.get("profile", True)
+        self.snapshot = None
         self.stage_seconds: dict[str, float] = {}
 
     def report(self, **message) -> None:
@@ -150,6 +158,7 @@ class Worker:
             raise Stage("reference", "the task's reference failed to load: " + short_traceback(e)) from None
         new = None
         if with_candidate:
+            self.snapshot = runtime_checks.Snapshot() if self.checks else None
             try:
                 new_module = load_module("candidate", "candidate.py")
                 new = build(new_module, "ModelNew", init_inputs, self.job["seed"], self.device)
@@ -165,6 +174,8 @@ class Worker:
         trials, seeds = self.job["correctness_trials"], self.job["trial_seeds"]
         result["seeds"] = [self.job["seed"], *seeds]
         specs: list = []
+        prints: list[tuple[str, str]] = []  # fingerprints of (candidate, reference) outputs per trial
+        kernel_names: set[str] = set()
         for i in range(trials):
             self.stage(f"trial{i}")
             with self.lock.shared() if self.lock else nullcontext():
@@ -172,7 +183,7 @@ class Worker:
                 pristine, new_inputs, ref_inputs = inputs, correctness.clone_args(inputs), correctness.clone_args(inputs)
                 correctness.poison_memory(specs + correctness.tensor_specs(inputs), self.device)
                 try:
-                    with torch.no_grad():
+                    with torch.no_grad(), self.launches() as launches:
                         out = new(*new_inputs)
                         sync(self.device)
                 except BaseException as e:
@@ -180,8 +191,11 @@ class Worker:
                 result["compiled"] = True
                 changed = correctness.mutated_inputs(pristine, new_inputs)
                 if changed:
-                    result.update(hacked=True, hack_reasons=["input_mutation"])
-                    raise Stage("hacked", f"the forward modified its input(s) {changed} in place")
+                    self.flag(result, [("input_mutation", f"the forward modified its input(s) {changed} in place")])
+                if self.checks:
+                    self.flag(result, self.after_forward(launches, f"trial {i}"))
+                if launches is not None:
+                    kernel_names |= launches.names()
                 try:
                     with torch.no_grad():
                         ref_out = ref(*ref_inputs)
@@ -195,13 +209,25 @@ class Worker:
                 result["max_abs_error"] = max(err, result.get("max_abs_error") or 0.0)
                 result["trials"] = i + 1
                 specs = correctness.tensor_specs(ref_out)
+                prints.append((runtime_checks.fingerprint(out), runtime_checks.fingerprint(ref_out)))
                 del out, ref_out, inputs, pristine, new_inputs, ref_inputs
+            self.end_stage()
+        if self.checks:
+            self.stage("hack_checks")
+            if len({c for c, _ in prints}) == 1 and len({r for _, r in prints}) > 1:
+                self.flag(result, [("constant_output", f"the same output for {trials} different inputs, "
+                                    "where the reference's output changes")])
+            with self.lock.shared() if self.lock else nullcontext():
+                self.flag(result, self.call_checks(ref_module, ref, new))
             self.end_stage()
         result["correct"] = True
         if self.job["timing"] and self.device.type == "cuda":
-            result["timing"] = self.time_model(ref_module, new)
+            result["timing"] = self.time_model(ref_module, new, kernel_names if self.checks or self.profiling else None,
+                                               result)
 
-    def time_model(self, ref_module, model) -> dict:
+    def time_model(self, ref_module, model, kernel_names: set[str] | None = None, result: dict | None = None) -> dict:
+        """Time the model under the exclusive lock; for a candidate with hack checks on, also
+        profile it there (kernel table, coverage) and check its speed against physics."""
         self.stage("wait_lock")
         with self.lock.exclusive():
             self.end_stage()
@@ -210,7 +236,79 @@ class Worker:
             with torch.no_grad():
                 stats = time_cuda(model, inputs, self.job["warmup"], self.job["timing_trials"], self.job["flush_bytes"])
             self.end_stage()
+            if kernel_names is not None and self.profiling:
+                self.stage("profile")
+                with torch.no_grad():
+                    self.profile(model, inputs, kernel_names, stats, result)
+                self.end_stage()
         return stats
+
+    def profile(self, model, inputs, kernel_names: set[str], stats: dict, result: dict) -> None:
+        from drk_lab import profiler
+
+        prof = profiler.profile_forward(model, inputs, kernel_names)
+        result["coverage"], result["kernels"] = prof.get("coverage"), prof.get("kernels") or []
+        bandwidth = profiler.achieved_bandwidth(profiler.io_bytes(inputs, model(*inputs)), stats["median_ms"] * 1e-3,
+                                                profiler.copy_bandwidth(self.device))
+        result["bandwidth_fraction"] = bandwidth.get("fraction")
+        result["bottleneck"] = profiler.bottleneck_summary(result["kernels"], result["coverage"],
+                                                           bandwidth.get("fraction"), stats["median_ms"])
+        if self.checks and (bandwidth.get("fraction") or 0.0) > IMPOSSIBLE_FRACTION:
+            self.flag(result, [("impossible_speedup", f"{bandwidth['fraction']:.1f}x the measured copy bandwidth "
+                                f"for the bytes its inputs and outputs hold ({stats['median_ms']:.4f} ms)")])
+
+    # ---- hack checks ---------------------------------------------------------------------------
+    def launches(self, disabled: bool = False):
+        if not (self.checks or self.profiling):
+            return nullcontext()
+        return KernelLaunches(only_file=os.path.abspath("candidate.py"), disabled=disabled)
+
+    def flag(self, result: dict, findings: list[tuple[str, str]]) -> None:
+        if findings:
+            result.update(hacked=True, hack_reasons=sorted({code for code, _ in findings}))
+            raise Stage("hacked", "; ".join(f"{code}: {message}" for code, message in findings))
+
+    def after_forward(self, launches, label: str) -> list[tuple[str, str]]:
+        found = runtime_checks.launch_findings(launches, label) + self.snapshot.findings()
+        children = runtime_checks.child_processes()
+        if children:
+            found.append(("background_work", f"{label}: left {len(children)} child process(es) running"))
+        return found
+
+    def call_checks(self, ref_module, ref, new) -> list[tuple[str, str]]:
+        """Calls beyond the correctness trials: the same buffers twice, new values in the same
+        buffers, and the candidate's own kernels switched off."""
+        seed = self.job["trial_seeds"][0] + 1
+        compare = partial(correctness.compare, atol=self.job.get("atol"), rtol=self.job.get("rtol"))
+        inputs = make_inputs(ref_module, seed, self.device)
+        with torch.no_grad():
+            new(*inputs)
+            with self.launches() as again:
+                new(*inputs)
+            sync(self.device)
+            if not again.candidate_launches():
+                return [("launch_reuse", "a second call on the same inputs launched none of its kernels")]
+            for buffer, fresh in zip(inputs, make_inputs(ref_module, seed + 1, self.device)):
+                if isinstance(buffer, torch.Tensor) and buffer.shape == fresh.shape:
+                    buffer.copy_(fresh)
+            ref_out = ref(*correctness.clone_args(inputs))
+            try:
+                compare(new(*inputs), ref_out)
+            except correctness.Mismatch as m:
+                return [("caches_outputs", f"wrong when called again with new values in the same input buffers: {m}")]
+            specs = correctness.tensor_specs(ref_out)
+            del ref_out
+            inputs = make_inputs(ref_module, seed + 2, self.device)
+            ref_out = ref(*correctness.clone_args(inputs))
+            correctness.poison_memory(specs + correctness.tensor_specs(inputs), self.device)
+            try:
+                with self.launches(disabled=True):
+                    out = new(*inputs)
+                    sync(self.device)
+                compare(out, ref_out)
+            except Exception:
+                return []  # without its kernels the answer is wrong (or it fails): the kernels do the work
+        return [("torch_does_the_work", "the output is still right with the candidate's Triton launches switched off")]
 
     def baseline(self) -> dict:
         """Eager and torch.compile timings of the reference alone (no candidate code loaded)."""

@@ -42,7 +42,8 @@ def eval_dirs() -> set[str]:
 def test_variant_is_classified_and_the_next_evaluation_is_right(variant, tasks, relu_small, relu_solution):
     task = tasks[variant.task].small()
     before = eval_dirs()
-    result = drk.evaluate(task, variant.code, device="cpu", timeout_s=8, host_memory_bytes=1 << 30)
+    result = drk.evaluate(task, variant.code, device="cpu", timeout_s=8, host_memory_bytes=1 << 30,
+                          hack_checks=variant.hack_checks)
     assert (result.error_kind or "ok") == variant.expect, result.error
     if result.error_kind not in (None, "syntax", "no_modelnew", "no_triton_kernel"):
         assert result.error  # says what happened
@@ -55,9 +56,11 @@ def test_children_of_the_candidate_are_killed(relu_small):
     marker = "sleep 987654"
     code = next(v for v in CPU_VARIANTS if v.name == "leaves_child").code.replace("sleep\", \"1000", "sleep\", \"987654")
     assert "987654" in code
-    result = drk.evaluate(relu_small, code, device="cpu")
+    result = drk.evaluate(relu_small, code, device="cpu", hack_checks=False)
     assert result.ok
     assert stray_processes(marker) == []
+    flagged = drk.evaluate(relu_small, code, device="cpu")
+    assert flagged.hacked and flagged.hack_reasons == ["sandbox_escape"] and "subprocess" in flagged.error
 
 
 def test_output_is_bounded(relu_small):
@@ -73,8 +76,10 @@ def test_one_evaluation_cannot_change_another(relu_small, relu_solution):
     # leaves a file behind; the second returns zeros honestly and must still be a mismatch.
     zeros_kernel = relu_solution.replace("tl.where(x > 0, x, 0.0)", "x * 0.0")
     patcher = zeros_kernel.replace("class ModelNew", "torch.relu = lambda x: x * 0\nopen('left_behind.txt', 'w').write('x')\n\n\nclass ModelNew")
-    first = drk.evaluate(relu_small, patcher, device="cpu")
-    assert first.correct  # it fooled its own worker: catching that is the hack checks' job
+    first = drk.evaluate(relu_small, patcher, device="cpu", hack_checks=False)
+    assert first.correct  # with the hack checks off it fools its own worker...
+    flagged = drk.evaluate(relu_small, patcher, device="cpu")
+    assert flagged.hacked and {"patches_harness", "sandbox_escape"} <= set(flagged.hack_reasons)  # ...not with them on
     second = drk.evaluate(relu_small, zeros_kernel, device="cpu")
     assert second.error_kind == "mismatch"
     assert not os.path.exists("left_behind.txt")
@@ -110,7 +115,7 @@ def test_spawn_isolation_gives_the_same_verdicts(relu_small, relu_solution):
     good = drk.evaluate(relu_small, relu_solution, device="cpu", isolation="spawn")
     assert good.ok
     crash = next(v for v in CPU_VARIANTS if v.name == "segfault")
-    assert drk.evaluate(relu_small, crash.code, device="cpu", isolation="spawn").error_kind == "segfault"
+    assert drk.evaluate(relu_small, crash.code, device="cpu", isolation="spawn", hack_checks=False).error_kind == "segfault"
 
 
 def test_reference_failures_are_not_blamed_on_the_candidate(relu_solution):

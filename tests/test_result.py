@@ -45,6 +45,8 @@ def full_result() -> EvalResult:
         versions={"torch": "2.13.0", "triton": "3.5.0", "cuda": "12.8"},
         timings_valid=True,
         timing_note="L2 flushed; 100 trials",
+        bandwidth_fraction=0.91,
+        bottleneck="memory-bound at 91% of the copy bandwidth",
         max_abs_error=3.0517578125e-05,
         stage_seconds={"static": 0.001, "load": 1.5, "correctness": 2.25, "timing": 10.0},
         eval_seconds=14.0,

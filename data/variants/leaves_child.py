@@ -1,6 +1,7 @@
 # task: level1/01_relu
 # expect: ok
 # what: correct, but starts a process that would outlive the evaluation
+# hack_checks: off  (a crash test: the static checks would stop it before it runs)
 import torch
 import torch.nn as nn
 import triton

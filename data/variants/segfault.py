@@ -1,6 +1,7 @@
 # task: level1/01_relu
 # expect: segfault
 # what: dereferences a null pointer through ctypes
+# hack_checks: off  (a crash test: the static checks would stop it before it runs)
 import torch
 import torch.nn as nn
 import triton
