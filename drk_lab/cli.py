@@ -30,10 +30,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "quickstart":
-        from drk_lab.quickstart import run_quickstart
+        from drk_lab.quickstart import run_quickstart, verdict
 
         rows = run_quickstart(device=args.device, max_in_flight=args.jobs)
-        return 0 if all((r.error_kind or "ok") == expect for _, _, r, expect in rows) else 1
+        return 1 if any(verdict(r, expect) == "NO" for _, _, r, expect in rows) else 0
     if args.command == "eval":
         from drk_lab import evaluate, load_task
 
