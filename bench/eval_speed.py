@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import drk_lab as drk
+from drk_lab.profiler import copy_bandwidth  # measured once per device, cached
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -55,24 +56,6 @@ def io_bytes(task) -> int:
         out = model(*inputs)
     outs = out if isinstance(out, (tuple, list)) else [out]
     return sum(t.numel() * t.element_size() for t in [*inputs, *outs] if isinstance(t, torch.Tensor))
-
-
-def copy_bandwidth() -> float:
-    """Bytes read + written per second by a large device-to-device copy."""
-    src = torch.randn(512 << 20 >> 2, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(20):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return 2 * src.numel() * 4 / statistics.median(times)
 
 
 def save(name: str, data) -> None:
