@@ -290,10 +290,11 @@ def run_job(job: dict, status_w: int, ack_r: int | None) -> None:
 
 
 def read_line(fd: int) -> bytes:
-    """One line from a pipe, byte by byte so that nothing after it is consumed; b"" at EOF."""
+    """The job line from a pipe; b"" at EOF. Nothing follows it until the worker has reported
+    (the acknowledgement), so reading in chunks consumes nothing else."""
     data = b""
     while not data.endswith(b"\n"):
-        chunk = os.read(fd, 1)
+        chunk = os.read(fd, 1 << 16)
         if not chunk:
             return b""
         data += chunk
