@@ -10,6 +10,11 @@ import fcntl
 import os
 from contextlib import contextmanager
 
+# Also hold the lock while a worker's CUDA context starts and ends. Off by default: measured on
+# the H200 (BENCHMARKS.md), context start-up and teardown run no kernels and do not disturb
+# another process's timing, while holding the lock for them made every timing wait.
+LIFECYCLE_LOCK = os.environ.get("DRK_LIFECYCLE_LOCK") == "1"
+
 
 class GpuLock:
     def __init__(self, lock_dir: str, gpu: int):

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from drk_lab.gpulock import LIFECYCLE_LOCK
 from drk_lab.timing import cache_dir
 
 STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "compile_reference": 900.0}
@@ -129,11 +130,11 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
               ack_w: int | None = None) -> tuple[dict, Callable[[], None]]:
     """Watch one worker until it reports or fails: (its result or a classified failure, finish).
 
-    The worker is killed before this returns; finish() waits until it is gone. On CUDA the
-    worker reports its result holding a shared GPU lock and waits for an acknowledgement on
-    ack_w; the supervisor joins the lock first and keeps it until finish() has seen the worker
-    go, so that tearing down its CUDA context never lands in another worker's timing, while
-    the caller already has the result."""
+    The worker is killed before this returns; finish() waits until it is gone, holding a shared
+    GPU lock when the worker was stopped mid-work (its kernels may still be running) or with
+    LIFECYCLE_LOCK; with it the worker reports its result holding a shared GPU lock and waits for
+    an acknowledgement on ack_w; the supervisor joins the lock first and keeps it until the
+    worker has gone, while the caller already has the result."""
     timeouts = {**STAGE_TIMEOUTS, **job.get("stage_timeouts", {})}
     total_limit, memory_limit = job["timeout_s"], job["host_memory_bytes"]
     output, status_buf = OutputTail(), b""
@@ -179,8 +180,9 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
                         continue
                     if "result" in message:
                         result = message["result"]
-                        exit_guard = join_gpu_lock(job)
-                        send_ack(ack_w)
+                        if LIFECYCLE_LOCK:
+                            exit_guard = join_gpu_lock(job)
+                            send_ack(ack_w)
                         break
                     elif "stage" in message:
                         if stage == "wait_lock":
@@ -192,6 +194,8 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
         data = os.read(out_r, 65536)
         output.add(data) if data else open_fds.discard(out_r)
     kill_tree(pid, reaper)
+    if failure and exit_guard is None:  # a hung or runaway kernel keeps the GPU busy until its context is gone
+        exit_guard = join_gpu_lock(job)
     for fd in (status_r, out_r):
         os.close(fd)
 

@@ -3,12 +3,14 @@ Triton's launch path, so that none of it lands in the evaluation that follows.""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import triton
 import triton.language as tl
 
 from drk_lab import correctness
-from drk_lab.gpulock import GpuLock
+from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
 
 
 @triton.jit
@@ -18,8 +20,14 @@ def fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
 
 
 def warm_up(device: str, lock_dir: str, gpu: int) -> None:
-    """Under a shared GPU lock: a new CUDA context puts work on the GPU."""
-    with GpuLock(lock_dir, gpu).shared():
+    """Start the CUDA context and cuBLAS (no kernels, no lock), then run one of each kind of
+    kernel under a shared GPU lock."""
+    lock = GpuLock(lock_dir, gpu)
+    if LIFECYCLE_LOCK:
+        lock.acquire(exclusive=False)
+    torch.empty(1, device=device)
+    torch.cuda.current_blas_handle()
+    with lock.shared() if not LIFECYCLE_LOCK else nullcontext():
         x = torch.randn(64, 64, device=device)
         (x @ x).sum().item()
         out = torch.empty(1000, device=device)
@@ -27,6 +35,7 @@ def warm_up(device: str, lock_dir: str, gpu: int) -> None:
         correctness.poison_memory(correctness.tensor_specs([out]), torch.device(device))
         correctness.compare(out, out.clone(), None, None)
         torch.cuda.synchronize(device)
+    lock.release()
 
 
 def precompute_in_zygote() -> None:

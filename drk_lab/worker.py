@@ -20,7 +20,7 @@ from functools import partial
 import torch
 
 from drk_lab import correctness, runtime_checks
-from drk_lab.gpulock import GpuLock
+from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
 from drk_lab.launches import KernelLaunches
 from drk_lab.timing import time_cuda
 
@@ -235,12 +235,16 @@ class Worker:
             inputs = make_inputs(ref_module, self.job["timing_seed"], self.device)
             with torch.no_grad():
                 stats = time_cuda(model, inputs, self.job["warmup"], self.job["timing_trials"], self.job["flush_bytes"])
-            self.end_stage()
             if kernel_names is not None and self.profiling:
-                self.stage("profile")
-                with torch.no_grad():
-                    self.profile(model, inputs, kernel_names, stats, result)
-                self.end_stage()
+                from drk_lab.profiler import copy_bandwidth
+
+                copy_bandwidth(self.device)  # measured once per device, and only with the GPU to itself
+            self.end_stage()
+        if kernel_names is not None and self.profiling:  # shares the GPU: the profiler's start-up is slow
+            self.stage("profile")
+            with self.lock.shared(), torch.no_grad():
+                self.profile(model, inputs, kernel_names, stats, result)
+            self.end_stage()
         return stats
 
     def profile(self, model, inputs, kernel_names: set[str], stats: dict, result: dict) -> None:
@@ -343,18 +347,19 @@ def versions() -> dict:
 def main(job: dict, status_fd: int, ack_fd: int | None = None) -> None:
     """Entry point inside the worker process (forked or spawned); never returns normally.
 
-    On CUDA the result is reported under a shared GPU lock, held until the supervisor has joined
-    it (a line on ack_fd): this process's CUDA context then goes away outside anyone's timing."""
+    With LIFECYCLE_LOCK on CUDA the result is reported under a shared GPU lock, held until the
+    supervisor has joined it (a line on ack_fd): this process's CUDA context then goes away
+    outside anyone's timing."""
     worker = Worker(job, status_fd)
     try:
         result = worker.run()
-        if worker.lock and ack_fd is not None:
+        if worker.lock and ack_fd is not None and LIFECYCLE_LOCK:
             worker.lock.acquire(exclusive=False)
         sys.stdout.flush()
         sys.stderr.flush()
         worker.report(result=result)
         worker.status.flush()
-        if worker.lock and ack_fd is not None:
+        if worker.lock and ack_fd is not None and LIFECYCLE_LOCK:
             select.select([ack_fd], [], [], 10.0)
     finally:
         sys.stdout.flush()
