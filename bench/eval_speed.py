@@ -101,22 +101,36 @@ def throughput(isolation: str, pairs) -> dict:
     start = time.perf_counter()
     results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation)
     seconds = time.perf_counter() - start
+    stages = {}
+    for r in results:
+        for stage, t in (r.stage_seconds or {}).items():
+            stages.setdefault(stage.rstrip("0123456789") or stage, []).append(t)
     return {"isolation": isolation, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
-            "failures": [r.error for r in results if not r.ok][:3]}
+            "failures": [r.error for r in results if not r.ok][:3],
+            "lifecycle_lock": os.environ.get("DRK_LIFECYCLE_LOCK") == "1",
+            "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
+            "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds)}
 
 
-def phase_throughput():
+def phase_throughput(isolations=("fork", "spawn")):
     """Many candidates in flight: the fork server against a fresh Python per evaluation."""
     ts = tasks((1, 2))
     rows = []
-    for isolation in ("fork", "spawn"):
+    for isolation in isolations:
         pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for t in ts]
         rows.append(throughput(isolation, pairs))
         print(rows[-1], flush=True)
-    rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
-    print(rows[-1])
-    save("throughput", rows)
+    if len(rows) == 2:
+        rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
+        print(rows[-1])
+    lifecycle = "_lifecycle_lock" if os.environ.get("DRK_LIFECYCLE_LOCK") == "1" else ""
+    save(("throughput" if len(rows) > 1 else f"throughput_{isolations[0]}") + lifecycle, rows)
+
+
+def phase_throughput_fork():
+    """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=1)."""
+    phase_throughput(("fork",))
 
 
 def cv(values):
