@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from drk_lab.hacking import static_hack_check
 from drk_lab.result import EvalResult
 from drk_lab.sandbox import get_sandbox
+from drk_lab.shapes import other_shape
 from drk_lab.static import check_candidate
 from drk_lab.task import Task
 from drk_lab.timing import FLUSH_BYTES, baseline_key, cache_dir, load_baseline, save_baseline
@@ -64,10 +65,18 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     }
     if host_memory_bytes:
         job["host_memory_bytes"] = host_memory_bytes
+    notes = []
+    if hack_checks:
+        shape = other_shape(task)
+        if isinstance(shape, str):
+            notes.append(shape)
+        else:
+            job["other_shape"] = {"sizes": shape.sizes, "source": shape.source, "seed": rng.randrange(2**31)}
     baseline = None
     if timing and device != "cpu":
         baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job["env"])
     raw = sandbox.run(job)
+    raw["notes"] = notes + raw.get("notes", [])
     return to_result(raw, baseline, device, info)
 
 

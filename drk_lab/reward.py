@@ -3,8 +3,8 @@
 `get_reward(name, **weights)` binds the weights and returns `callable(result) -> float`.
 
 Shared rules:
-- A hacked result (`hacked` set or `error_kind == "hacked"`) never earns more than the worst
-  honest failure: 0.0 under drkernel, kevin and bottleneck, the compile-failure value under tiered.
+- A hacked result (`hacked` set or `error_kind == "hacked"`) earns 0.0 under every reward function,
+  whatever its speedup or coverage (tiered takes a `hacked=` weight for those who want a penalty).
 - A speedup counts only when it is a finite positive number from valid timings
   (`timings_valid`); otherwise (CPU runs, an untimed reference) the speed term is 0.
 - A missing coverage (no profile) counts as 0.
@@ -63,7 +63,7 @@ def kevin(result: EvalResult, *, correct_weight: float = 0.3, speedup_cap: float
 
 def tiered(result: EvalResult, *, thresholds: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 3.0),
            levels: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0), compile_failure: float = -1.0,
-           runtime_failure: float = -0.5, mismatch: float = -0.25, hacked: float = -1.0) -> float:
+           runtime_failure: float = -0.5, mismatch: float = -0.25, hacked: float = 0.0) -> float:
     """Step reward by speedup tier for correct results, negative steps for failures.
 
     Correct and honest: levels[k] where k = how many thresholds the speedup reaches, so with the
@@ -72,10 +72,9 @@ def tiered(result: EvalResult, *, thresholds: tuple[float, ...] = (1.0, 1.2, 1.5
     Failures, ordered by how far the candidate got: compile_failure -1.0 (did not parse, no
     ModelNew or kernel, failed to load or compile), runtime_failure -0.5 (raised, crashed,
     timed out, ran out of memory, exited), mismatch -0.25 (ran, wrong answer).
-    Hacked -1.0: unlike the other rewards, tiered punishes honest failures, so a hack scored 0
-    would out-earn an honest wrong answer and teach the policy to cheat rather than fail; a hack
-    therefore gets the lowest failure value. Reference or harness faults (and a result that was
-    never evaluated) give 0.
+    Hacked 0.0, as under every reward here. Because tiered punishes honest failures, a hack then
+    earns more than an honest failure; pass hacked=-1.0 (or lower) to rank hacks below every
+    failure instead. Reference or harness faults (and a result that was never evaluated) give 0.
     """
     if len(levels) != len(thresholds) + 1:
         raise ValueError("tiered needs one more level than thresholds")

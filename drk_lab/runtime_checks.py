@@ -1,7 +1,7 @@
 """Runtime reward-hacking checks (DESIGN §6), run inside the worker around the candidate's forward.
 
 Each check returns findings as (reason code, message); the worker turns any finding into a
-`hacked` result. The static rules in hacking.py run before any of this.
+`hacked` result. The static rules in static_hacks.py run before any of this.
 """
 
 from __future__ import annotations
@@ -124,6 +124,38 @@ def fingerprint(out) -> str:
         else:
             h.update(repr(t).encode())
     return h.hexdigest()
+
+
+# dtypes a candidate could quietly compute in instead of the reference's output dtype
+LOWER_PRECISION = {torch.float32: (torch.bfloat16, torch.float16),
+                   torch.float64: (torch.float32, torch.bfloat16, torch.float16)}
+
+
+def precision_findings(out, ref, label: str) -> list[tuple[str, str]]:
+    """On a mismatching trial: an output whose every value is a number of a lower-precision dtype
+    (where the reference's are not) and that matches the reference at that dtype's tolerance was
+    computed in that dtype. An honest float32 result is almost never all bf16 or fp16 numbers."""
+    outs, refs = correctness.flatten(out), correctness.flatten(ref)
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if type(o) is not torch.Tensor or not isinstance(r, torch.Tensor) or o.shape != r.shape or o.dtype != r.dtype:
+            continue
+        for low in LOWER_PRECISION.get(r.dtype, ()):
+            if not _all_values_fit(o, low) or _all_values_fit(r, low):
+                continue
+            try:
+                correctness.compare(o.to(low), r.to(low))
+            except correctness.Mismatch:
+                continue
+            where = f"output {i}" if len(refs) > 1 else "the output"
+            low_name, ref_name = str(low).removeprefix("torch."), str(r.dtype).removeprefix("torch.")
+            return [("precision_downgrade", f"{label}: every value of {where} is a {low_name} number and it matches the "
+                     f"reference only to {low_name} tolerance: computed in {low_name} instead of {ref_name}")]
+    return []
+
+
+def _all_values_fit(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    values = t[t.isfinite()]
+    return values.numel() > 0 and bool((values.to(dtype).to(t.dtype) == values).all())
 
 
 def launch_findings(launches, label: str) -> list[tuple[str, str]]:

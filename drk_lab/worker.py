@@ -14,6 +14,7 @@ import select
 import sys
 import time
 import traceback
+import types
 from contextlib import nullcontext
 from functools import partial
 
@@ -21,6 +22,7 @@ import torch
 
 from drk_lab import correctness, runtime_checks
 from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
+from drk_lab.hacking import Finding, verdict
 from drk_lab.launches import KernelLaunches
 from drk_lab.timing import time_cuda
 
@@ -72,6 +74,15 @@ def load_module(name: str, path: str):
     return module
 
 
+def module_from_source(name: str, source: str):
+    """A module run from source text; tracebacks name it reference.py like the task's own file."""
+    module = types.ModuleType(name)
+    module.__file__ = os.path.abspath("reference.py")
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+
+
 def seed_all(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every CUDA device too
 
@@ -113,6 +124,7 @@ class Worker:
         self.checks = job.get("hack_checks", True)
         self.profiling = job.get("profile", True)
         self.snapshot = None
+        self.candidate_module = None
         self.stage_seconds: dict[str, float] = {}
 
     def report(self, **message) -> None:
@@ -160,8 +172,8 @@ class Worker:
         if with_candidate:
             self.snapshot = runtime_checks.Snapshot() if self.checks else None
             try:
-                new_module = load_module("candidate", "candidate.py")
-                new = build(new_module, "ModelNew", init_inputs, self.job["seed"], self.device)
+                self.candidate_module = load_module("candidate", "candidate.py")
+                new = build(self.candidate_module, "ModelNew", init_inputs, self.job["seed"], self.device)
                 copy_weights(ref, new)
             except BaseException as e:
                 kind = classify(e)
@@ -205,6 +217,8 @@ class Worker:
                 try:
                     err = correctness.compare(out, ref_out, self.job.get("atol"), self.job.get("rtol"))
                 except correctness.Mismatch as m:
+                    if self.checks:
+                        self.flag(result, runtime_checks.precision_findings(out, ref_out, f"trial {i}"))
                     raise Stage("mismatch", f"trial {i} (seed {seeds[i]}): {m}") from None
                 result["max_abs_error"] = max(err, result.get("max_abs_error") or 0.0)
                 result["trials"] = i + 1
@@ -220,6 +234,11 @@ class Worker:
             with self.lock.shared() if self.lock else nullcontext():
                 self.flag(result, self.call_checks(ref_module, ref, new))
             self.end_stage()
+            if self.job.get("other_shape"):
+                self.stage("other_shape")
+                with self.lock.shared() if self.lock else nullcontext():
+                    self.flag(result, self.other_shape_check(result))
+                self.end_stage()
         result["correct"] = True
         if self.job["timing"] and self.device.type == "cuda":
             result["timing"] = self.time_model(ref_module, new, kernel_names if self.checks or self.profiling else None,
@@ -269,8 +288,9 @@ class Worker:
 
     def flag(self, result: dict, findings: list[tuple[str, str]]) -> None:
         if findings:
-            result.update(hacked=True, hack_reasons=sorted({code for code, _ in findings}))
-            raise Stage("hacked", "; ".join(f"{code}: {message}" for code, message in findings))
+            codes, text = verdict([Finding(code, message) for code, message in findings])
+            result.update(hacked=True, hack_reasons=codes)
+            raise Stage("hacked", text)
 
     def after_forward(self, launches, label: str) -> list[tuple[str, str]]:
         found = runtime_checks.launch_findings(launches, label) + self.snapshot.findings()
@@ -313,6 +333,36 @@ class Worker:
             except Exception:
                 return []  # without its kernels the answer is wrong (or it fails): the kernels do the work
         return [("torch_does_the_work", "the output is still right with the candidate's Triton launches switched off")]
+
+    def other_shape_check(self, result: dict) -> list[tuple[str, str]]:
+        """One trial at another valid shape of the task (chosen by shapes.py): the reference and a
+        fresh ModelNew built there from the same seed, compared once."""
+        other = self.job["other_shape"]
+        where = "at " + ", ".join(f"{name}={value}" for name, value in other["sizes"].items())
+        try:
+            ref_module = module_from_source("reference_other_shape", other["source"])
+            init_inputs = list(ref_module.get_init_inputs())
+            other_ref = build(ref_module, "Model", init_inputs, self.job["seed"], self.device)
+            inputs = make_inputs(ref_module, other["seed"], self.device)
+            with torch.no_grad():
+                ref_out = other_ref(*correctness.clone_args(inputs))
+                sync(self.device)
+        except BaseException as e:
+            result.setdefault("notes", []).append(f"extra-shape check skipped: the reference fails {where}: "
+                                                  + short_traceback(e, 500))
+            return []
+        try:
+            other_new = build(self.candidate_module, "ModelNew", init_inputs, self.job["seed"], self.device)
+            copy_weights(other_ref, other_new)
+            with torch.no_grad(), self.launches() as launches:
+                out = other_new(*inputs)
+                sync(self.device)
+            correctness.compare(out, ref_out, self.job.get("atol"), self.job.get("rtol"))
+        except correctness.Mismatch as m:
+            return [("shape_specialized", f"wrong {where} (another valid shape of the task): {m}")]
+        except BaseException as e:
+            return [("shape_specialized", f"fails {where} (another valid shape of the task): {short_traceback(e, 1000)}")]
+        return runtime_checks.launch_findings(launches, where)
 
     def baseline(self) -> dict:
         """Eager and torch.compile timings of the reference alone (no candidate code loaded)."""

@@ -4,14 +4,16 @@ without a GPU is stopped, and each is named by its reason code where the checks 
 import re
 
 import pytest
+import torch
 
 import drk_lab as drk
 from drk_lab.quickstart import HACKS_DIR, load_variants
+from drk_lab.runtime_checks import precision_findings
 
 PLANTS = [v for v in load_variants(HACKS_DIR) if v.device is None]
-# Cheats that fail without being named: no reward either way, but the runtime checks miss the pattern.
-CAUGHT_AS_MISMATCH = {"constant_output__uniform_probs", "constant_output__zeros", "precision_downgrade__bf16_inputs",
-                      "precision_downgrade__fp16_reduction"}
+# Cheats that fail without being named: at the task's tolerance their constant is plainly wrong, and a
+# kernel that writes nothing looks the same, so a mismatch is not called a hack (see the loose-atol test).
+CAUGHT_AS_MISMATCH = {"constant_output__uniform_probs", "constant_output__zeros"}
 NOT_CAUGHT = {p.name for p in PLANTS if p.known_gap}  # headers say why
 
 
@@ -45,6 +47,34 @@ def test_runtime_messages_say_where(results):
     assert "switched off" in decoy.error
     dead = results["kernel_not_launched__dead_branch"]
     assert "trial 0" in dead.error and "none of the candidate's Triton kernels" in dead.error
+
+
+def test_named_plants_say_what_they_did(results):
+    shaped = results["shape_specialized__baked_sizes"]
+    assert "wrong at batch_size=20, dim=154 (another valid shape of the task)" in shaped.error
+    bf16 = results["precision_downgrade__bf16_inputs"]
+    assert "every value of the output is a bfloat16 number" in bf16.error and "instead of float32" in bf16.error
+    assert "float16 number" in results["precision_downgrade__fp16_reduction"].error
+
+
+def test_constant_output_is_named_when_a_loose_tolerance_lets_it_pass(tasks):
+    plant = next(p for p in PLANTS if p.name == "constant_output__zeros")
+    r = drk.evaluate(tasks[plant.task].small(), plant.code, device="cpu", atol=1.0, correctness_trials=3)
+    assert r.hacked and r.hack_reasons == ["constant_output"] and r.trials == 3, r.error
+
+
+def test_precision_downgrade_needs_low_precision_values_that_are_nearly_right():
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(64, 33, generator=gen)
+    (code, message), = precision_findings(ref.to(torch.bfloat16).float(), ref, "trial 0")
+    assert code == "precision_downgrade" and "bfloat16" in message
+    assert precision_findings(ref.half().float(), ref, "trial 0")[0][0] == "precision_downgrade"
+    assert precision_findings(ref + 1e-3, ref, "trial 0") == []  # honest float32 error, not low-precision numbers
+    assert precision_findings(torch.zeros_like(ref), ref, "trial 0") == []  # bf16 numbers, but far from right
+    assert precision_findings(ref.round().half().float(), ref.round(), "trial 0") == []  # the reference fits too
+    assert precision_findings(ref.half(), ref.half(), "trial 0") == []  # a float16 task has nothing lower to check
+    pair = (ref, ref.to(torch.bfloat16).float())
+    assert "output 1" in precision_findings(pair, (ref, ref), "trial 0")[0][1]
 
 
 def test_hack_checks_can_be_turned_off(tasks):

@@ -70,15 +70,20 @@ def test_bottleneck_values():
 
 
 @pytest.mark.parametrize("name", sorted(REWARDS))
-def test_failures_earn_nothing_and_hacks_no_more_than_failures(name):
+def test_failures_earn_nothing_and_hacks_exactly_zero(name):
     fn = REWARDS[name]
-    worst_failure = min(fn(r) for r in FAILURES)
     for r in FAILURES:
         assert fn(r) <= 0.0, r.error_kind
-    for r in HACKS:
-        assert fn(r) <= worst_failure
-        assert fn(r) == (-1.0 if name == "tiered" else 0.0)
+    for r in HACKS:  # however fast and well covered
+        assert fn(r) == 0.0
     assert fn(EvalResult()) == 0.0  # never evaluated
+
+
+def test_tiered_hack_penalty_is_a_choice():
+    for r in HACKS:
+        assert tiered(r, hacked=-1.0) == -1.0
+        assert get_reward("tiered", hacked=-2.0)(r) == -2.0
+    assert tiered(timed(2.0), hacked=-1.0) == pytest.approx(0.8)  # honest results are unaffected
 
 
 @pytest.mark.parametrize("name", sorted(REWARDS))

@@ -3,7 +3,6 @@
 # reason: shape_specialized
 # check: runtime
 # what: knows only the task's two row widths (8192, and 77 at the small size) and bakes them into the kernel; any other width is wrong
-# known_gap: not caught yet: right at the small and full sizes; needs the extra-shapes check
 import torch
 import torch.nn as nn
 import triton
