@@ -108,7 +108,7 @@ def throughput(isolation: str, pairs) -> dict:
     return {"isolation": isolation, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
-            "lifecycle_lock": os.environ.get("DRK_LIFECYCLE_LOCK") == "1",
+            "lifecycle_lock": os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1",
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
             "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds)}
 
@@ -124,12 +124,12 @@ def phase_throughput(isolations=("fork", "spawn")):
     if len(rows) == 2:
         rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
         print(rows[-1])
-    lifecycle = "_lifecycle_lock" if os.environ.get("DRK_LIFECYCLE_LOCK") == "1" else ""
+    lifecycle = "" if os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1" else "_no_lifecycle_lock"
     save(("throughput" if len(rows) > 1 else f"throughput_{isolations[0]}") + lifecycle, rows)
 
 
 def phase_throughput_fork():
-    """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=1)."""
+    """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0)."""
     phase_throughput(("fork",))
 
 
@@ -147,8 +147,15 @@ def phase_stability_serial():
     stability(1, "stability_serial")
 
 
-def stability(in_flight: int, name: str, repeats: int = 10):
-    ts = tasks((1, 2))
+def phase_stability_subset():
+    """phase_stability on six tasks, named by the lock setting (for A/B runs of DRK_LIFECYCLE_LOCK=0)."""
+    names = {"01_relu", "08_softmax", "10_layernorm", "14_transpose", "06_scaled_masked_softmax", "08_conv1x1_batchnorm_relu"}
+    lifecycle = "" if os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1" else "_no_lifecycle_lock"
+    stability(IN_FLIGHT, "stability_subset" + lifecycle, names=names)
+
+
+def stability(in_flight: int, name: str, repeats: int = 10, names: set[str] | None = None):
+    ts = [t for t in tasks((1, 2)) if names is None or t.name in names]
     pairs = [(t, drk.builtin_solution(t)) for t in ts for _ in range(repeats)]
     start = time.perf_counter()
     results = drk.evaluate_many(pairs, max_in_flight=in_flight, device=DEVICE)

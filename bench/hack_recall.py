@@ -77,7 +77,7 @@ def phase_false_positives():
     save(f"false_positives_{DEVICE}", {"rows": rows, "summary": summary})
 
 
-def phase_overhead(repeats: int = 3):
+def phase_overhead(repeats: int = int(os.environ.get("DRK_BENCH_REPEATS", "3"))):
     """Seconds per evaluation, one at a time, with the hack checks (and on CUDA the profiler) on and off."""
     ts = [t for t in tasks() if t.level in (1, 2)]
     rows = []

@@ -10,10 +10,10 @@ import fcntl
 import os
 from contextlib import contextmanager
 
-# Also hold the lock while a worker's CUDA context starts and ends. Off by default: measured on
-# the H200 (BENCHMARKS.md), context start-up and teardown run no kernels and do not disturb
-# another process's timing, while holding the lock for them made every timing wait.
-LIFECYCLE_LOCK = os.environ.get("DRK_LIFECYCLE_LOCK") == "1"
+# Also hold the (shared) lock while a worker's CUDA context starts and ends. On by default: on the
+# H200 (BENCHMARKS.md) it cost no throughput, and the one run with it off had timing outliers.
+# The profiler's slow start-up never holds the lock.
+LIFECYCLE_LOCK = os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1"
 
 
 class GpuLock:

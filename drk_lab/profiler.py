@@ -19,6 +19,7 @@ import json
 import os
 import re
 import statistics
+from contextlib import nullcontext
 
 from drk_lab.launches import KernelLaunches, Launch  # noqa: F401  (re-exported: profiler.KernelLaunches)
 
@@ -120,21 +121,36 @@ def kernel_rows(activity: list[tuple[str, float, str]], candidate_names, calls: 
     return rows
 
 
-def profile_forward(model, inputs, candidate_kernel_names: set[str], trials: int = 3, warmup: int = 2) -> dict:
-    """Run `trials` forwards under torch.profiler (after `warmup` unprofiled ones) on CUDA.
-    Returns {kernels, coverage, gpu_us_per_call, candidate_us_per_call, kernels_per_call, trials,
-    reason}; coverage is None (with a reason) when the profiler saw no GPU work."""
-    import torch
+def new_profile():
+    """A torch.profiler session, prepared (CUPTI started) but not recording. Preparing costs 4-5 s
+    of CPU the first time in a process and about a millisecond after that (H200, BENCHMARKS.md),
+    so workers do it once while warming up, outside the GPU lock."""
+    os.environ.setdefault("TEARDOWN_CUPTI", "0")  # keep CUPTI between sessions: less launch overhead left behind
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.no_grad():
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    prof.prepare_trace()
+    return prof
+
+
+def profile_forward(model, inputs, candidate_kernel_names: set[str], trials: int = 3, warmup: int = 2,
+                    hold_gpu=nullcontext) -> dict:
+    """Run `trials` forwards under torch.profiler (after `warmup` unprofiled ones) on CUDA, the GPU
+    work inside `hold_gpu()`. Returns {kernels, coverage, gpu_us_per_call, candidate_us_per_call,
+    kernels_per_call, trials, reason}; coverage is None (with a reason) when the profiler saw no
+    GPU work."""
+    import torch
+
+    prof = new_profile()
+    with hold_gpu(), torch.no_grad():
         for _ in range(warmup):
             model(*inputs)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(trials):
-                model(*inputs)
-            torch.cuda.synchronize()
+        prof.start_trace()
+        for _ in range(trials):
+            model(*inputs)
+        torch.cuda.synchronize()
+        prof.stop_trace()
     rows = kernel_rows(device_activity(prof), candidate_kernel_names, trials)
     gpu_us = sum(r["total_us"] for r in rows)
     cand_us = sum(r["total_us"] for r in rows if r["candidate"])

@@ -1,5 +1,5 @@
-"""What a fresh worker does before its job arrives: start CUDA, cuBLAS, the random generator and
-Triton's launch path, so that none of it lands in the evaluation that follows."""
+"""What a fresh worker does before its job arrives: start CUDA, cuBLAS, the profiler, the random
+generator and Triton's launch path, so that none of it lands in the evaluation that follows."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import triton.language as tl
 
 from drk_lab import correctness
 from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
+from drk_lab.profiler import new_profile
 
 
 @triton.jit
@@ -20,14 +21,16 @@ def fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
 
 
 def warm_up(device: str, lock_dir: str, gpu: int) -> None:
-    """Start the CUDA context and cuBLAS (no kernels, no lock), then run one of each kind of
-    kernel under a shared GPU lock."""
+    """Start the CUDA context and cuBLAS (under the GPU lock only with LIFECYCLE_LOCK), then the
+    profiler (CPU work, no lock), then run one of each kind of kernel, profiled, under a shared
+    GPU lock."""
     lock = GpuLock(lock_dir, gpu)
-    if LIFECYCLE_LOCK:
-        lock.acquire(exclusive=False)
-    torch.empty(1, device=device)
-    torch.cuda.current_blas_handle()
-    with lock.shared() if not LIFECYCLE_LOCK else nullcontext():
+    with lock.shared() if LIFECYCLE_LOCK else nullcontext():
+        torch.empty(1, device=device)
+        torch.cuda.current_blas_handle()
+    prof = new_profile()
+    with lock.shared():
+        prof.start_trace()
         x = torch.randn(64, 64, device=device)
         (x @ x).sum().item()
         out = torch.empty(1000, device=device)
@@ -35,7 +38,7 @@ def warm_up(device: str, lock_dir: str, gpu: int) -> None:
         correctness.poison_memory(correctness.tensor_specs([out]), torch.device(device))
         correctness.compare(out, out.clone(), None, None)
         torch.cuda.synchronize(device)
-    lock.release()
+        prof.stop_trace()
 
 
 def precompute_in_zygote() -> None:

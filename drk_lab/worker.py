@@ -259,9 +259,9 @@ class Worker:
 
                 copy_bandwidth(self.device)  # measured once per device, and only with the GPU to itself
             self.end_stage()
-        if kernel_names is not None and self.profiling:  # shares the GPU: the profiler's start-up is slow
+        if kernel_names is not None and self.profiling:
             self.stage("profile")
-            with self.lock.shared(), torch.no_grad():
+            with torch.no_grad():
                 self.profile(model, inputs, kernel_names, stats, result)
             self.end_stage()
         return stats
@@ -269,7 +269,7 @@ class Worker:
     def profile(self, model, inputs, kernel_names: set[str], stats: dict, result: dict) -> None:
         from drk_lab import profiler
 
-        prof = profiler.profile_forward(model, inputs, kernel_names)
+        prof = profiler.profile_forward(model, inputs, kernel_names, hold_gpu=self.lock.shared)
         result["coverage"], result["kernels"] = prof.get("coverage"), prof.get("kernels") or []
         bandwidth = profiler.achieved_bandwidth(profiler.io_bytes(inputs, model(*inputs)), stats["median_ms"] * 1e-3,
                                                 profiler.copy_bandwidth(self.device))
