@@ -10,7 +10,7 @@
   in the middle to a token budget (real tokens when a tokenizer is given, else about 4 characters
   per token), then the request for a better ModelNew.
 
-A reply without usable code is not evaluated: its result is EvalResult(error_kind="syntax") with an
+A reply without usable code is not evaluated: its result is EvalResult(error_kind="no_code") with an
 error starting "no code:", and it earns what the reward function gives an unparseable candidate.
 """
 
@@ -24,7 +24,7 @@ from drk_lab.reward import get_reward
 from drk_lab.task import Task
 
 EXTRACTION_OUTCOMES = ("ok", "no_code", "unclosed_block", "truncated")
-NO_CODE_KIND = "syntax"  # the closest of ERROR_KINDS for a reply with nothing to evaluate
+NO_CODE_KIND = "no_code"
 PYTHON_TAGS = ("python", "py", "python3")
 
 TRITON_EXAMPLE = '''\
@@ -248,7 +248,7 @@ def truncate_middle(text: str, max_tokens: int, tokenizer=None) -> str:
 def status_line(result: EvalResult) -> str:
     if result.hacked or result.error_kind == "hacked":
         return f"REJECTED: reward hacking detected ({', '.join(result.hack_reasons) or 'hacked'})."
-    if result.error_kind == NO_CODE_KIND and (result.error or "").startswith("no code:"):
+    if result.error_kind == NO_CODE_KIND:
         return "NOT EVALUATED: " + result.error.removeprefix("no code: ") + "."
     if result.error_kind:
         return f"FAILED ({result.error_kind}): {KIND_EXPLANATIONS.get(result.error_kind, result.error_kind)}."

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 # The fixed set of failure classes. None means the evaluation found nothing wrong.
 ERROR_KINDS = (
+    "no_code",  # the model's reply held no code to evaluate (KernelEnv)
     "syntax",  # the candidate does not parse
     "no_modelnew",  # no class ModelNew
     "no_triton_kernel",  # no @triton.jit function
@@ -55,6 +56,7 @@ class EvalResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     eval_seconds: float | None = None
     stdout: str = ""  # bounded head and tail of what the candidate printed
+    notes: list[str] = field(default_factory=list)  # checks that were skipped, and why
 
     def __post_init__(self):
         if self.error_kind is not None and self.error_kind not in ERROR_KINDS:

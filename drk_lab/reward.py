@@ -20,7 +20,7 @@ from typing import Callable
 from drk_lab.result import EvalResult
 
 # error kinds where the candidate never got to run its forward
-COMPILE_FAILURES = frozenset({"syntax", "no_modelnew", "no_triton_kernel", "load", "compile"})
+COMPILE_FAILURES = frozenset({"no_code", "syntax", "no_modelnew", "no_triton_kernel", "load", "compile"})
 # error kinds that are not the candidate's fault: no reward, no penalty
 NOT_CANDIDATES_FAULT = frozenset({"reference", "harness"})
 

@@ -89,8 +89,8 @@ def test_stts_keeps_the_best_turns_over_real_evaluations(relu_small, relu_soluti
     path = tmp_path / "stts.jsonl"
     traj = run_stts(relu_small, policy, max_user_turns=3, remain_turns=1, iterations=3, strategy="best_window",
                     reward_fn="tiered", jsonl_path=path, device="cpu", correctness_trials=1)
-    assert [t.result.error_kind for t in traj.turns] == ["mismatch", None, "syntax", "syntax", "runtime",
-                                                         "syntax", None]
+    assert [t.result.error_kind for t in traj.turns] == ["mismatch", None, "no_code", "syntax", "runtime",
+                                                         "no_code", None]
     assert traj.rewards == [-0.25, 0.1, -1.0, -1.0, -0.5, -1.0, 0.1]
     assert [t.iteration for t in traj.turns] == [0, 0, 0, 1, 1, 2, 2]
     # each rebuild keeps turn 1, the only correct one so far
@@ -156,3 +156,21 @@ def test_target_speedup_needs_valid_timings(relu_small):
     assert not env.reached_target(drk.EvalResult(**{**timed, "speedup": 1.1}))
     assert not env.reached_target(drk.EvalResult(**{**timed, "timings_valid": False}))
     assert not drk.KernelEnv(relu_small).reached_target(drk.EvalResult(**timed))
+
+
+def test_scripted_policy_replays_files_by_turn_even_with_a_trimmed_context(tmp_path):
+    (tmp_path / "turn_1.py").write_text("x = 1\n")
+    (tmp_path / "turn_2.md").write_text("Second answer.\n")
+    policy = ScriptedPolicy(tmp_path)
+    first = [{"role": "user", "content": "task A"}]
+    other = [{"role": "user", "content": "task B"}]
+    [[a1], [b1]] = policy.generate([first, other])
+    assert a1.text == "```python\nx = 1\n```" and b1.text == a1.text
+    trimmed = first + [{"role": "user", "content": "feedback"}]  # the context dropped the assistant turn
+    [[a2, a2b]] = policy.generate([trimmed], n=2)
+    assert a2.text == a2b.text == "Second answer.\n"
+    [[a3]] = policy.generate([trimmed])
+    assert a3.text == "Second answer.\n"  # past the last file it repeats
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no answers"):
+        ScriptedPolicy(tmp_path / "empty")

@@ -35,7 +35,7 @@ def test_scripted_episode_through_real_evaluations(relu_small, relu_solution):
 
     feedback, reward, done, info = env.step("I am not sure how to do this.")
     assert info["extraction"] == "no_code" and not info["evaluated"] and info["code"] is None
-    assert info["result"].error_kind == "syntax" and info["result"].error.startswith("no code:")
+    assert info["result"].error_kind == "no_code" and info["result"].error.startswith("no code:")
     assert reward == 0.0 and done and info["turn"] == 3
     assert feedback.startswith("NOT EVALUATED") and REQUEST_FIX not in feedback  # last turn: no request
     assert [m["role"] for m in env.messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]

@@ -288,3 +288,4 @@ def test_openai_policy_connection_refused():
     client = OpenAIPolicy("tiny", base_url=f"http://127.0.0.1:{port}", max_retries=1, backoff_s=0.01)
     with pytest.raises(OpenAIPolicyError, match="connection error"):
         client.generate(CONVERSATIONS[:1], n=1)
+

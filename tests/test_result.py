@@ -51,6 +51,7 @@ def full_result() -> EvalResult:
         stage_seconds={"static": 0.001, "load": 1.5, "correctness": 2.25, "timing": 10.0},
         eval_seconds=14.0,
         stdout="hello\nworld\n",
+        notes=["extra-shape check skipped: no other valid shape"],
     )
 
 
