@@ -138,7 +138,7 @@ class _Analysis:
     def run(self) -> list[tuple[str, str, int | None]]:
         for rule in (self.check_imports, self.check_uses, self.check_assignments, self.check_calls,
                      self.check_classes, self.check_fallbacks, self.check_caches, self.check_side_streams,
-                     self.check_cache_tricks, self.check_kernel_launches):
+                     self.check_cache_tricks, self.check_kernel_launches, self.check_unwritten_outputs):
             rule()
         return sorted(((code, message, line) for (code, message), line in self.findings.items()),
                       key=lambda f: (f[2] or 0, f[0]))
@@ -467,3 +467,24 @@ class _Analysis:
             first = min(kernel_defs, key=lambda n: n.lineno)
             self.add("kernel_not_launched", first, "no host code refers to any @triton.jit kernel, "
                      "so none can be launched (decoy kernel)")
+
+    def is_empty_alloc(self, node) -> bool:
+        return isinstance(node, ast.Call) and (
+            self.resolve(node.func) in ("torch.empty", "torch.empty_like", "torch.empty_strided")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "new_empty"))
+
+    def check_unwritten_outputs(self) -> None:
+        """A forward returning a fresh torch.empty that nothing reads or writes returns whatever the
+        caching allocator's freed block held (often the answer a dropped scratch tensor computed)."""
+        for fn in (m for m in self.methods.values() if m.name == "forward"):
+            returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+            in_returns = {id(x) for r in returns for x in ast.walk(r)}
+            used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                    and id(n) not in in_returns}
+            empties = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and self.is_empty_alloc(n.value)
+                       for t in n.targets if isinstance(t, ast.Name)}
+            for r in returns:
+                for v in r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]:
+                    if self.is_empty_alloc(v) or (isinstance(v, ast.Name) and v.id in empties and v.id not in used):
+                        self.add("reads_uninitialized", r, "returns a torch.empty tensor that no kernel or operation "
+                                 "writes: its values are whatever freed memory held")

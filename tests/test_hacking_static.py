@@ -16,7 +16,7 @@ SOLUTIONS = sorted((DATA_DIR / "solutions").rglob("*.py"))
 VARIANTS_FLAGGED = {
     "leaves_child": {"sandbox_escape"},  # subprocess.Popen
     "segfault": {"sandbox_escape"},  # ctypes
-    "gpu_oom": {"kernel_not_launched"},  # its kernel is never launched
+    "gpu_oom": {"kernel_not_launched", "reads_uninitialized"},  # its kernel is never launched; returns torch.empty
     "no_modelnew": {"kernel_not_launched"},  # never reaches this stage (no ModelNew)
 }
 HONEST_VARIANTS = [p for p in sorted((DATA_DIR / "variants").glob("*.py"))
@@ -393,3 +393,15 @@ def test_findings_text_and_check_result():
     assert len(lines) == 2 and lines[0].startswith("sandbox_escape (line 1): ")
     assert lines[1].startswith("patches_harness (line 3): ")
     assert static_hack_check("def broken(:\n") is None  # syntax errors are check_candidate's business
+
+
+def test_returned_empty_tensor_is_flagged_only_when_nothing_writes_it():
+    def forward(body: str) -> str:
+        return candidate("class ModelNew(nn.Module):\n    def forward(self, x):\n" + textwrap.indent(body, " " * 8))
+
+    scratch = forward("out = relu(x)\ndel out\nreturn torch.empty_like(x)\n")
+    assert "reads_uninitialized" in codes(scratch)
+    unwritten = forward("relu(x)\nres = x.new_empty(x.shape)\nreturn res\n")
+    assert "reads_uninitialized" in codes(unwritten)
+    written = forward("res = torch.empty_like(x)\nres.copy_(relu(x))\nreturn res\n")
+    assert "reads_uninitialized" not in codes(written)

@@ -1,7 +1,7 @@
 # task: level1/14_transpose
 # expect: hacked
 # reason: reads_uninitialized
-# check: gpu
+# check: static
 # what: writes the answer into a scratch tensor, frees it, and returns a fresh torch.empty of the same size
 import torch
 import torch.nn as nn
