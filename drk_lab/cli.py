@@ -1,10 +1,178 @@
-"""The `drk` command."""
+"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks.
+
+    drk eval TASK_FILE CODE_FILE [--small] [--json]          one candidate against one task
+    drk eval --tasks builtin:1 --policy evolve --turns 10     a policy over a task set (JSONL + tables)
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
+from pathlib import Path
+
+from drk_lab.task import DATA_DIR
+
+SEED_DIR = DATA_DIR / "plain"  # plain Triton kernels, the evolutionary search's starting points
+POLICY_KINDS = ("scripted:FOLDER", "evolve[:SEED_FOLDER]", "hf:MODEL_PATH", "openai:MODEL")
+PER_TURN_PS = (1.0, 1.2)
+SUMMARY_PS = (1.0, 1.2, 1.5, 2.0)
+CPU_NOTE = ("CPU: the Triton interpreter runs each task at its small sizes; nothing is timed, so there are "
+            "no speedups and every Fast@p is 0 (correct % still counts)")
+
+
+def load_task_set(spec: str) -> list:
+    """Comma-separated parts: `builtin` (all levels), `builtin:LEVEL`, a task file, or a folder of task
+    files (e.g. a KernelBench checkout or one of its levels)."""
+    from drk_lab.task import TaskError, builtin_tasks, load_task, load_tasks
+
+    tasks = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if part == "builtin" or part.startswith("builtin:"):
+            level = part.partition(":")[2]
+            tasks += builtin_tasks(int(level) if level else None)
+        elif Path(part).is_dir():
+            tasks += load_tasks(part)
+        elif Path(part).is_file():
+            tasks.append(load_task(part))
+        else:
+            raise TaskError(f"--tasks: {part!r} is neither builtin[:LEVEL] nor a task file or folder")
+    return tasks
+
+
+def seed_file(task, seed_dir: Path) -> Path | None:
+    """seed_dir/level{L}/NAME.py (the layout of data/plain), else seed_dir/NAME.py."""
+    for path in ([seed_dir / f"level{task.level}" / f"{task.name}.py"] if task.level is not None else []) + \
+            [seed_dir / f"{task.name}.py"]:
+        if path.is_file():
+            return path
+    return None
+
+
+class TaskRouter:
+    """Tells the evolutionary policy which task each conversation is for: run_many's prompts hold the
+    task's source, not its name, so the first user message (the task's prompt) is looked up."""
+
+    def __init__(self, policy, tasks: list):
+        from drk_lab.env import initial_prompt
+
+        self.policy = policy
+        self.names = {initial_prompt(t): t.name for t in tasks}
+        self.observe = policy.observe
+
+    def generate(self, messages_batch: list[list[dict]], n: int = 1, **sampling):
+        names = [self.names[next(m["content"] for m in messages if m["role"] == "user")]
+                 for messages in messages_batch]
+        return self.policy.generate(messages_batch, n=n, task_names=names, **sampling)
+
+
+def evolve_policy(tasks: list, seed_dir: str | Path = SEED_DIR, temperature: float = 1.0,
+                  seed: int = 0) -> tuple[TaskRouter, list, list]:
+    """(policy, tasks that have a seed kernel, tasks skipped for lack of one)."""
+    from drk_lab.policy_evolve import EvolutionaryPolicy
+
+    found = {t.name: seed_file(t, Path(seed_dir)) for t in tasks}
+    kept = [t for t in tasks if found[t.name] is not None]
+    skipped = [t for t in tasks if found[t.name] is None]
+    seeds = {t.name: found[t.name].read_text() for t in kept}
+    return TaskRouter(EvolutionaryPolicy(seeds, temperature=temperature, seed=seed), kept), kept, skipped
+
+
+def make_policy(spec: str, tasks: list, args) -> tuple[object, list]:
+    """The policy named by `--policy KIND[:ARG]` and the tasks it can run."""
+    kind, _, arg = spec.partition(":")
+    if kind == "scripted" and arg:
+        from drk_lab.policy import ScriptedPolicy
+
+        return ScriptedPolicy(arg), tasks
+    if kind == "evolve":
+        policy, kept, skipped = evolve_policy(tasks, arg or SEED_DIR,
+                                                1.0 if args.temperature is None else args.temperature, args.seed)
+        if skipped:
+            print(f"evolve: no seed kernel in {arg or SEED_DIR} for {len(skipped)} task(s), skipped: "
+                  + ", ".join(t.name for t in skipped))
+        return policy, kept
+    if kind == "hf" and arg:
+        from drk_lab.policy_hf import TransformersPolicy
+
+        return TransformersPolicy(arg, max_new_tokens=args.max_tokens or 2048, dtype="auto"), tasks
+    if kind == "openai" and arg:
+        from drk_lab.policy_openai import OpenAIPolicy
+
+        return OpenAIPolicy(arg, base_url=args.base_url, max_concurrency=args.jobs or 8), tasks
+    raise SystemExit(f"drk eval: --policy {spec!r} is not one of {', '.join(POLICY_KINDS)}")
+
+
+def make_schedule(args):
+    from drk_lab.context import episode_schedule, stts_schedule
+
+    if args.stts:
+        if args.turns is not None:
+            raise SystemExit("drk eval: give --turns or --stts, not both")
+        user_turns, keep, iterations = (int(v) for v in args.stts.split(","))
+        return stts_schedule(user_turns, keep, iterations)
+    return episode_schedule(args.turns or 3)
+
+
+def summary_tables(trajectories: list, tasks: list) -> str:
+    """Fast@p per turn (and best so far), then a per-level summary of each trajectory's best turn.
+    With several samples per task, each sample counts as one task (Fast@p averaged over samples)."""
+    from drk_lab.metrics import best_result, fast_p_table, format_table, level_summary
+
+    levels = {t.name: t.level for t in tasks}
+    several = any(tr.sample > 0 for tr in trajectories)
+    per_turn = {(f"{tr.task}#{tr.sample}" if several else tr.task): [t.result for t in tr.turns]
+                for tr in trajectories}
+    best = [(levels.get(tr.task), best_result([t.result for t in tr.turns])) for tr in trajectories]
+    return ("Per turn (best_: best so far)\n" + format_table(fast_p_table(per_turn, PER_TURN_PS))
+            + "\n\nBest turn of each trajectory, by level\n" + format_table(level_summary(best, ps=SUMMARY_PS)))
+
+
+def run_policy(args) -> int:
+    from drk_lab.context import run_many
+    from drk_lab.evaluate import default_device
+
+    device = args.device or default_device()
+    tasks = load_task_set(args.tasks)
+    if args.small or device == "cpu":
+        tasks = [t.small() for t in tasks]
+    policy, tasks = make_policy(args.policy, tasks, args)
+    tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        print("drk eval: no tasks to run")
+        return 2
+    out = Path(args.out or f"runs/eval_{time.strftime('%Y%m%d_%H%M%S')}.jsonl")
+    if out.exists() and out.stat().st_size:
+        print(f"drk eval: {out} exists; choose another --out or delete it")
+        return 2
+    schedule = make_schedule(args)
+    if device == "cpu":
+        print(CPU_NOTE)
+    print(f"{len(tasks)} task(s) x {args.samples} sample(s) x {schedule.turns} turn(s), policy {args.policy}, "
+          f"device {device}; trajectories -> {out}", flush=True)
+    sampling = {k: v for k, v in (("temperature", args.temperature), ("max_tokens", args.max_tokens)) if v is not None}
+    start = time.perf_counter()
+    trajectories = run_many(tasks, policy, schedule, samples=args.samples, reward_fn=args.reward, sampling=sampling,
+                            max_workers=args.jobs, jsonl_path=out, device=device, correctness_trials=args.trials,
+                            timing_trials=args.timing_trials, timeout_s=args.timeout)
+    print(f"\n{len(trajectories)} trajectories in {time.perf_counter() - start:.0f} s, written to {out}\n")
+    print(summary_tables(trajectories, tasks))
+    return 0
+
+
+def check_one(args) -> int:
+    from drk_lab import evaluate, load_task
+
+    task = load_task(args.files[0])
+    task = task.small() if args.small else task
+    code = Path(args.files[1]).read_text()
+    result = evaluate(task, code, device=args.device, correctness_trials=args.trials,
+                      timing_trials=args.timing_trials, timeout_s=args.timeout)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result.summary())
+    if not args.json and result.error:
+        print(result.error)
+    return 0 if result.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,15 +183,31 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--device", choices=["cpu", "cuda"], default=None)
     q.add_argument("--jobs", type=int, default=None, help="evaluations in flight")
 
-    e = sub.add_parser("eval", help="evaluate one candidate file against one task file")
-    e.add_argument("task", help="KernelBench-format task file")
-    e.add_argument("code", help="candidate source defining ModelNew")
-    e.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    e.add_argument("--small", action="store_true", help="use the task's SMALL_SIZES")
+    e = sub.add_parser("eval", help="evaluate one candidate file, or run a policy over a task set",
+                       description="Two file paths: evaluate that candidate against that task. Otherwise "
+                                   "--policy: run it over --tasks, write trajectories as JSONL, print Fast@p tables.")
+    e.add_argument("files", nargs="*", metavar="TASK_FILE CODE_FILE", help="one task file and one candidate source")
+    e.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when present")
+    e.add_argument("--small", action="store_true", help="use the tasks' SMALL_SIZES (always on for --policy on CPU)")
     e.add_argument("--trials", type=int, default=5, help="correctness trials")
     e.add_argument("--timing-trials", type=int, default=100)
-    e.add_argument("--timeout", type=float, default=120.0)
-    e.add_argument("--json", action="store_true", help="print the whole EvalResult as JSON")
+    e.add_argument("--timeout", type=float, default=120.0, help="seconds per evaluation")
+    e.add_argument("--json", action="store_true", help="one file: print the whole EvalResult as JSON")
+    run = e.add_argument_group("policy runs")
+    run.add_argument("--policy", help=" | ".join(POLICY_KINDS))
+    run.add_argument("--tasks", default="builtin", help="builtin | builtin:LEVEL | task file | folder, comma-separated")
+    run.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    run.add_argument("--turns", type=int, default=None, help="turns per episode (default 3)")
+    run.add_argument("--stts", default=None, metavar="U,K,I",
+                     help="sequential test-time scaling: U user turns, K kept, I iterations (Dr. Kernel: 5,4,10)")
+    run.add_argument("--samples", type=int, default=1, help="episodes per task")
+    run.add_argument("--jobs", type=int, default=None, help="evaluations in flight")
+    run.add_argument("--out", default=None, help="JSONL file (default runs/eval_<time>.jsonl)")
+    run.add_argument("--reward", default="drkernel", choices=["drkernel", "kevin", "tiered", "bottleneck"])
+    run.add_argument("--temperature", type=float, default=None, help="sampling; for evolve the mutation spread")
+    run.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (hf, openai)")
+    run.add_argument("--base-url", default=None, help="openai: server URL (default $OPENAI_BASE_URL)")
+    run.add_argument("--seed", type=int, default=0, help="evolve: random seed")
 
     t = sub.add_parser("tasks", help="list tasks: the built-in suite or a folder")
     t.add_argument("folder", nargs="?", default=None)
@@ -35,18 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_quickstart(device=args.device, max_in_flight=args.jobs)
         return 1 if any(verdict(r, expect) == "NO" for _, _, r, expect in rows) else 0
     if args.command == "eval":
-        from drk_lab import evaluate, load_task
-
-        task = load_task(args.task)
-        task = task.small() if args.small else task
-        with open(args.code) as f:
-            code = f.read()
-        result = evaluate(task, code, device=args.device, correctness_trials=args.trials,
-                          timing_trials=args.timing_trials, timeout_s=args.timeout)
-        print(json.dumps(result.to_dict(), indent=1) if args.json else result.summary())
-        if not args.json and result.error:
-            print(result.error)
-        return 0 if result.ok else 1
+        if len(args.files) == 2 and not args.policy:
+            return check_one(args)
+        if args.files or not args.policy:
+            e.error("eval takes TASK_FILE CODE_FILE, or --policy KIND[:ARG] (with --tasks ...)")
+        return run_policy(args)
     if args.command == "tasks":
         from drk_lab import builtin_tasks, load_tasks
 
