@@ -81,3 +81,11 @@ def test_hack_checks_can_be_turned_off(tasks):
     plant = next(p for p in PLANTS if p.name == "torch_does_the_work__decoy_kernel")
     r = drk.evaluate(tasks[plant.task].small(), plant.code, device="cpu", hack_checks=False)
     assert r.ok and not r.hacked
+
+
+def test_wrong_on_a_later_call_is_a_mismatch_and_only_a_replayed_answer_is_caches_outputs(relu_small, relu_solution):
+    drifting = relu_solution.replace("class ModelNew(nn.Module):", "class ModelNew(nn.Module):\n    calls = 0\n") \
+        .replace("        return out\n", "        ModelNew.calls += 1\n        return out + 1 if ModelNew.calls >= 5 else out\n")
+    r = drk.evaluate(relu_small, drifting, device="cpu", correctness_trials=2)
+    assert r.error_kind == "mismatch" and not r.hacked, (r.error_kind, r.error)
+    assert "a further call with new values in the same input buffers" in r.error
