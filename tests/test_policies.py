@@ -289,3 +289,22 @@ def test_openai_policy_connection_refused():
     with pytest.raises(OpenAIPolicyError, match="connection error"):
         client.generate(CONVERSATIONS[:1], n=1)
 
+
+
+def test_episode_with_the_tiny_transformer_records_tokens_and_classifies_its_replies(tiny, tasks, tmp_path):
+    from drk_lab.context import read_jsonl, run_episode
+    from drk_lab.env import count_tokens
+
+    model, tokenizer = tiny
+    policy = TransformersPolicy(model, tokenizer, device="cpu", max_new_tokens=12)
+    task = tasks["level1/01_relu"].small()
+    traj = run_episode(task, policy, max_turns=2, tokenizer=tokenizer, sampling={"temperature": 1.0, "seed": 0},
+                       jsonl_path=tmp_path / "tiny.jsonl", device="cpu", correctness_trials=1)
+    assert len(traj.turns) == 2
+    for turn in traj.turns:
+        assert turn.finish_reason in ("stop", "length") and turn.token_ids and len(turn.logprobs) == len(turn.token_ids)
+        assert turn.code is None and turn.result.error_kind == "no_code"  # 12 random tokens hold no code block
+        assert turn.reward == 0.0 and "NOT EVALUATED" in turn.feedback
+    assert traj.turns[0].prompt_tokens == count_tokens(traj.prompt, tokenizer)
+    assert traj.turns[1].prompt_tokens > traj.turns[0].prompt_tokens  # the first reply and its feedback joined
+    assert read_jsonl(tmp_path / "tiny.jsonl")[0].turns[1].token_ids == traj.turns[1].token_ids
