@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import drk_lab as drk
-from drk_lab.policy_evolve import EvolutionaryPolicy, extract_code, mutate, parse_feedback, tunable_parameters
+from drk_lab.launch_params import mutate, tunable_parameters
+from drk_lab.policy_evolve import EvolutionaryPolicy, extract_code, parse_feedback
 from drk_lab.task import DATA_DIR
 
 PLAIN = {f"{p.parent.name}/{p.stem}": p.read_text() for p in sorted((DATA_DIR / "plain").glob("level*/*.py"))}
