@@ -30,10 +30,8 @@ import torch
 SINGLE_CHOICES = ("return", "zero")
 
 
-def _float_tensor(x: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+def _float_tensor(x: Any) -> torch.Tensor:
     t = torch.as_tensor(x)
-    if dtype is not None:
-        return t.to(dtype)
     return t if t.is_floating_point() else t.to(torch.get_default_dtype())
 
 
@@ -56,7 +54,7 @@ def returns_to_go(rewards: Any, valid: Any = None, gamma: float = 1.0) -> torch.
     v = torch.ones_like(r, dtype=torch.bool) if valid is None else _bool_tensor(valid, r.device)
     r = torch.where(v, r, torch.zeros_like(r))
     g = torch.zeros_like(r)
-    running = torch.zeros_like(r[:, 0])
+    running = torch.zeros_like(r[:, :1]).squeeze(1)
     for t in range(r.shape[1] - 1, -1, -1):
         running = r[:, t] + gamma * running
         g[:, t] = running
