@@ -19,13 +19,22 @@ import os
 import shutil
 from pathlib import Path
 
-TINY_MODEL_VERSION = 1  # bump when the recipe below changes; stale folders are rebuilt
+TINY_MODEL_VERSION = 2  # bump when the recipe below changes; stale folders are rebuilt
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 
+# {% generation %} marks what an assistant turn generates (its content and the <|im_end|> that ends it) for
+# assistant-only loss masks (tokenizer.apply_chat_template(..., return_assistant_tokens_mask=True), TRL's
+# assistant_only_loss); the rendered text is the same as without the markers.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{ '<|im_start|>assistant\\n' }}"
+    "{%- generation -%}{{ message['content'] + '<|im_end|>' }}{%- endgeneration -%}"
+    "{{ '\\n' }}"
+    "{%- else -%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
