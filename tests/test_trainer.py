@@ -1,0 +1,193 @@
+"""The RL loss on crafted tensors (hand-computed values), and the trainer on the tiny random transformer:
+weights move, environment tokens stay out of the gradient, resuming a checkpoint repeats the next step,
+the run log holds the documented keys."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+pytest.importorskip("trl")
+
+import torch  # noqa: E402
+
+from drk_lab.context import episode_schedule, read_jsonl  # noqa: E402
+from drk_lab.policy_hf import TransformersPolicy  # noqa: E402
+from drk_lab.rl.loss import clipped_policy_loss  # noqa: E402
+from drk_lab.rl.rollout import build_batch, collect_rollouts  # noqa: E402
+from drk_lab.rl.runlog import RunLog, read_log  # noqa: E402
+from drk_lab.rl.trainer import LRSchedule, RLConfig, RLTrainer, sequence_logprobs  # noqa: E402
+from drk_lab.tiny_model import load_tiny, make_tiny_model  # noqa: E402
+
+EVAL = {"device": "cpu", "correctness_trials": 1}
+
+
+# -- the loss on crafted tensors ---------------------------------------------------------------
+def crafted():
+    """Two sequences of 6 positions. Row 0: position 0 is environment, then ratios 1.5 (A=+1: clipped
+    high), 0.5 (A=-1: clipped low), 4.0 (A=-1: dual clip), 1.1 (A=+2: inside), and an environment
+    token. Row 1: one model token with ratio 1 and A=0.5."""
+    ratio = torch.tensor([[1.0, 1.5, 0.5, 4.0, 1.1, 1.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    old = torch.full((2, 6), -2.0)
+    logp = (old + ratio.log()).requires_grad_(True)
+    adv = torch.tensor([[0.0, 1.0, -1.0, -1.0, 2.0, 0.0], [0.0, 0.0, 0.5, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[0, 1, 1, 1, 1, 0], [0, 0, 1, 0, 0, 0]], dtype=torch.bool)
+    return logp, old, adv, mask
+
+
+def test_clipped_loss_matches_hand_computed_values():
+    logp, old, adv, mask = crafted()
+    loss, m = clipped_policy_loss(logp, old, adv, mask)
+    # row 0: -1.28 (1 + 0.28) + 0.8 (1 - 0.2 kept by the max) + 3.0 (dual clip) - 2.2 = 0.32; row 1: -0.5
+    assert loss.item() == pytest.approx((0.32 - 0.5) / 2, abs=1e-6)
+    assert float(m["tokens"]) == 5 and float(m["sequences"]) == 2
+    assert float(m["clip_high"]) == pytest.approx(1 / 5) and float(m["clip_low"]) == pytest.approx(1 / 5)
+    assert float(m["clip_dual"]) == pytest.approx(1 / 5)
+    kl = sum(r - 1 - math.log(r) for r in (1.5, 0.5, 4.0, 1.1)) / 5
+    assert float(m["approx_kl"]) == pytest.approx(kl, rel=1e-5)
+    loss.backward()
+    grad = logp.grad
+    # d(-A r)/dlogp = -A r where the ratio is inside its clip range, 0 where clipped; / 2 sequences
+    expected = torch.zeros(2, 6)
+    expected[0, 4] = -2.0 * 1.1 / 2
+    expected[1, 2] = -0.5 / 2
+    assert torch.allclose(grad, expected, atol=1e-6)
+
+    # the aggregation is a sum over each sequence's tokens, then a mean over num_sequences
+    loss4, _ = clipped_policy_loss(logp, old, adv, mask, num_sequences=4)
+    assert loss4.item() == pytest.approx(loss.item() / 2)
+    no_dual, _ = clipped_policy_loss(logp, old, adv, mask, dual_clip=None)
+    assert no_dual.item() == pytest.approx((0.32 - 3.0 + 4.0 - 0.5) / 2, abs=1e-6)
+
+
+def test_environment_positions_change_nothing():
+    logp, old, adv, mask = crafted()
+    loss, _ = clipped_policy_loss(logp, old, adv, mask)
+    (grad,) = torch.autograd.grad(loss, logp)
+    env = ~mask
+    noisy_logp = torch.where(env, torch.full_like(logp, float("nan")), logp.detach()).requires_grad_(True)
+    noisy_old = torch.where(env, torch.full_like(old, float("-inf")), old)
+    noisy_adv = torch.where(env, torch.full_like(adv, 1e9), adv)
+    loss2, _ = clipped_policy_loss(noisy_logp, noisy_old, noisy_adv, mask)
+    (grad2,) = torch.autograd.grad(loss2, noisy_logp)
+    assert loss2.item() == loss.item()
+    assert torch.equal(grad2, grad) and (grad2[env] == 0).all()
+
+
+def test_lr_schedule_warmup_and_cosine():
+    cosine = LRSchedule("cosine", warmup=2, total=6, min_ratio=0.1)
+    assert [round(cosine(s), 4) for s in range(7)] == [0.5, 1.0, 1.0, 0.8682, 0.55, 0.2318, 0.1]
+    assert LRSchedule("constant", 0, None, 0.0)(10) == 1.0
+    with pytest.raises(ValueError):
+        LRSchedule("cosine", 0, None, 0.0)
+
+
+# -- the trainer on the tiny model ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_gradient_reaches_only_logits_that_predict_model_tokens(tiny_path, relu_small):
+    model, tokenizer = load_tiny(tiny_path)
+    policy = TransformersPolicy(model, tokenizer, device="cpu", max_new_tokens=6)
+    rollout = collect_rollouts(policy, [relu_small], samples=1, schedule=episode_schedule(2), seed=0, **EVAL)
+    batch = build_batch(rollout, tokenizer.pad_token_id)
+    rows = batch.rows(torch.arange(batch.num_sequences))
+    logp, logits = sequence_logprobs(model, rows, return_logits=True)
+    logits.retain_grad()
+    adv = batch.token_values(torch.tensor([[1.0, -1.0]]))
+    loss, _ = clipped_policy_loss(logp, logp.detach(), adv, rows["model_mask"])
+    loss.backward()
+    per_position = logits.grad.abs().sum(-1)[0]  # logits at position j predict token j + 1
+    predicts_model_token = torch.zeros_like(rows["model_mask"][0])
+    predicts_model_token[:-1] = rows["model_mask"][0][1:]
+    assert (per_position[~predicts_model_token] == 0).all()
+    assert (per_position[predicts_model_token] > 0).all()
+
+
+def force_solution(solution):
+    """Sample 0's first reply is the known-good kernel, so each group has a reward to compare."""
+    def force(task, sample, turn):
+        return f"```python\n{solution}```" if (sample, turn) == (0, 0) else None
+    return force
+
+
+def config(tmp_path, **kwargs):
+    settings = dict(prompts_per_step=1, samples=2, turns=2, max_new_tokens=8, lr=1e-3, micro_batch_size=1,
+                    eval_kwargs=EVAL, log_dir=str(tmp_path / "log"), checkpoint_dir=str(tmp_path / "ckpt"))
+    return RLConfig(**{**settings, **kwargs})
+
+
+def weights(trainer):
+    return {k: v.detach().clone() for k, v in trainer.accelerator.unwrap_model(trainer.model).named_parameters()}
+
+
+REQUIRED = ["step", "lr", "loss", "reward_mean", "reward_mean/turn_1", "reward_mean/turn_2", "fast@1/turn_1",
+            "fast@1/turn_2", "entropy", "grad_norm", "clip_low", "clip_high", "clip_dual", "approx_kl",
+            "mrs/rejected_frac", "mrs/weight_mean", "mrs/log_ratio_abs_max", "prs/rejected_frac", "tokens_per_s",
+            "time/generation_s", "time/evaluation_s", "time/training_s"]
+
+
+def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, relu_small, relu_solution, tmp_path):
+    force = force_solution(relu_solution)
+    first = RLTrainer(str(tiny_path), tasks=[relu_small], config=config(tmp_path, checkpoint_every=1),
+                      force_responses=force)
+    start = weights(first)
+    rows = first.train(num_steps=2)
+    end = weights(first)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert max(float((end[k] - start[k]).abs().max()) for k in start) > 0
+    row = rows[0]
+    assert row["reward_mean/turn_1"] == 0.25 and row["reward_mean/turn_2"] == 0.0  # one correct reply of two
+    assert row["correct/turn_1"] == 0.5 and row["mrs/rejected_frac"] == 0.0 and row["advantage_abs_mean"] > 0
+    assert row["trained_sequences"] == 2 and row["optimizer_steps"] == 1 and row["grad_norm"] > 0
+
+    logged = read_log(tmp_path / "log")
+    assert [r["step"] for r in logged] == [1, 2] and all(key in logged[0] for key in REQUIRED)
+    with open(tmp_path / "log" / "metrics.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 2 and float(table[1]["loss"]) == pytest.approx(rows[1]["loss"])
+    traj = read_jsonl(tmp_path / "log" / "rollouts" / "step_000002.jsonl")
+    assert len(traj) == 2 and traj[0].turns[0].result.correct
+    assert "wandb" not in sys.modules  # off unless asked for, and then imported lazily
+    saved = json.loads((tmp_path / "ckpt" / "step_000001" / "trainer.json").read_text())
+    assert saved["step"] == 1
+
+    resumed = RLTrainer(str(tiny_path), tasks=[relu_small],
+                        config=config(tmp_path / "b", resume_from=str(tmp_path / "ckpt" / "step_000001")),
+                        force_responses=force)
+    assert resumed.state.step == 1
+    (again,) = resumed.train(num_steps=2)
+    for key in ("loss", "grad_norm", "entropy", "reward_mean", "trained_tokens", "sequence_tokens"):
+        assert again[key] == pytest.approx(rows[1][key], rel=1e-6, abs=1e-9), key
+    final = weights(resumed)
+    assert all(torch.allclose(final[k], end[k], atol=1e-7) for k in end)
+
+
+def test_lora_trains_only_the_adapter(tiny_path, relu_small, relu_solution, tmp_path):
+    trainer = RLTrainer(str(tiny_path), tasks=[relu_small], force_responses=force_solution(relu_solution),
+                        config=config(tmp_path, turns=1, lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}))
+    start = weights(trainer)
+    trainer.step()
+    end = weights(trainer)
+    changed = {k for k in start if not torch.equal(start[k], end[k])}
+    assert changed and all("lora_" in k for k in changed)
+
+
+def test_run_log_keeps_the_last_row_of_a_step_and_wandb_needs_its_package(tmp_path, monkeypatch):
+    log = RunLog(tmp_path)
+    for step, loss in ((1, 0.5), (2, float("nan")), (2, 0.25)):  # step 2 written again after a resume
+        log.write({"step": step, "loss": loss})
+    assert read_log(tmp_path) == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}]
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        assert [r["loss"] for r in csv.DictReader(f)] == ["0.5", "", "0.25"]
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now fails, installed or not
+    with pytest.raises(RuntimeError, match="wandb is not installed"):
+        RunLog(tmp_path / "w", wandb=True)
