@@ -4,7 +4,10 @@
                            [--max-new-tokens 512] [--lora 16] [--dtype bfloat16] [--force-solutions]
     accelerate launch --num_processes 2 bench/rl_run.py --model ...      # the same run over 2 GPUs
 
-Without --model it builds the tiny random model (drk_lab.tiny_model), which writes no code; with
+Without --model it builds the tiny random model (drk_lab.tiny_model), or with --random-hidden H
+--random-layers N a random Qwen3 of that size with the same local tokenizer (built on the machine, nothing
+downloaded; its vocabulary is only ~1k tokens, so logits cost less than a real model's). Random models write
+no code; with
 --force-solutions sample 0 of every task answers its first turn with the built-in solution, so the
 groups hold a reward to compare and the optimizer has a gradient (any model). Tasks are the built-in
 level-1 tasks that have a solution (their small sizes on CPU). Writes $OUT/rl_run.json: the settings,
@@ -47,9 +50,27 @@ def tasks_with_solutions(cuda: bool, names: list[str] | None):
     return tasks
 
 
+def random_model(path: Path, hidden: int, layers: int) -> Path:
+    """A randomly initialised Qwen3 (bf16 weights) with the tiny model's tokenizer, saved to `path`."""
+    from transformers import Qwen3ForCausalLM
+
+    from drk_lab.tiny_model import tiny_config, train_tokenizer
+
+    if not (path / "config.json").exists():
+        tokenizer = train_tokenizer()
+        config = tiny_config(tokenizer, hidden_size=hidden, num_layers=layers, num_heads=max(hidden // 128, 2))
+        config.head_dim = 128 if hidden >= 256 else hidden // 2
+        torch.manual_seed(0)
+        Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    return path
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default=None, help="a local Hugging Face model folder (default: the tiny random model)")
+    p.add_argument("--random-hidden", type=int, default=0, help="build a random Qwen3 with this hidden size")
+    p.add_argument("--random-layers", type=int, default=8)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--prompts", type=int, default=2, help="tasks per step")
     p.add_argument("--samples", type=int, default=4)
@@ -71,7 +92,9 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     OUT.mkdir(parents=True, exist_ok=True)
     model = args.model
-    if model is None:
+    if model is None and args.random_hidden:
+        model = str(random_model(OUT / "random_model", args.random_hidden, args.random_layers))
+    elif model is None:
         from drk_lab.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(OUT / "tiny_model"))
