@@ -194,8 +194,6 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
         data = os.read(out_r, 65536)
         output.add(data) if data else open_fds.discard(out_r)
     kill_tree(pid, reaper)
-    if failure and exit_guard is None:  # a hung or runaway kernel keeps the GPU busy until its context is gone
-        exit_guard = join_gpu_lock(job)
     for fd in (status_r, out_r):
         os.close(fd)
 
@@ -206,9 +204,12 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
             return 0
 
     def finish() -> None:
+        guard = exit_guard
+        if failure and guard is None:  # a killed worker's kernels may run until its context is gone
+            guard = join_gpu_lock(job)
         wait_for_worker()
-        if exit_guard is not None:
-            exit_guard.release()
+        if guard is not None:
+            guard.release()
 
     if failure:
         kind, message = failure
