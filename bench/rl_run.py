@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 import drk_lab as drk
-from drk_lab.rl.trainer import RLConfig, RLTrainer
+from drk_lab.rl.trainer import RLTrainer
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 SUMMARY_KEYS = ("time/step_s", "time/generation_s", "time/evaluation_s", "time/training_s", "tokens_per_s",
@@ -107,16 +107,16 @@ def main() -> None:
     eval_kwargs = {"correctness_trials": args.correctness_trials, "timing_trials": args.timing_trials}
     if not cuda:
         eval_kwargs["device"] = "cpu"
-    config = RLConfig(
+    started = time.perf_counter()
+    trainer = RLTrainer(
+        model, [t for t, _ in pairs],
         prompts_per_step=args.prompts, samples=args.samples, turns=args.turns, max_new_tokens=args.max_new_tokens,
         max_context_tokens=args.max_context_tokens, generation_batch_size=args.generation_batch_size,
         micro_batch_size=args.micro_batch_size, lr=args.lr, model_dtype=args.dtype if cuda else None,
         lora={"r": args.lora, "lora_alpha": 2 * args.lora, "target_modules": "all-linear"} if args.lora else None,
         gradient_checkpointing=args.gradient_checkpointing, eval_kwargs=eval_kwargs,
-        chat_template_kwargs={"enable_thinking": False}, log_dir=str(OUT / "rl_log"))
-    started = time.perf_counter()
-    trainer = RLTrainer(model, tasks=[t for t, _ in pairs], config=config,
-                        force_responses=force if args.force_solutions else None)
+        chat_template_kwargs={"enable_thinking": False}, log_dir=str(OUT / "rl_log"),
+        force_responses=force if args.force_solutions else None)
     setup_s = time.perf_counter() - started
     rows = trainer.train(args.steps)
     if not trainer.accelerator.is_main_process:

@@ -22,7 +22,7 @@ from drk_lab.policy_hf import TransformersPolicy  # noqa: E402
 from drk_lab.rl.loss import clipped_policy_loss  # noqa: E402
 from drk_lab.rl.rollout import build_batch, collect_rollouts  # noqa: E402
 from drk_lab.rl.runlog import RunLog, read_log  # noqa: E402
-from drk_lab.rl.trainer import LRSchedule, RLConfig, RLTrainer, sequence_logprobs  # noqa: E402
+from drk_lab.rl.trainer import RLTrainer, lr_factor, sequence_logprobs  # noqa: E402
 from drk_lab.tiny_model import load_tiny, make_tiny_model  # noqa: E402
 
 EVAL = {"device": "cpu", "correctness_trials": 1}
@@ -81,11 +81,13 @@ def test_environment_positions_change_nothing():
 
 
 def test_lr_schedule_warmup_and_cosine():
-    cosine = LRSchedule("cosine", warmup=2, total=6, min_ratio=0.1)
-    assert [round(cosine(s), 4) for s in range(7)] == [0.5, 1.0, 1.0, 0.8682, 0.55, 0.2318, 0.1]
-    assert LRSchedule("constant", 0, None, 0.0)(10) == 1.0
+    cosine = [lr_factor(s, "cosine", warmup_steps=2, total_steps=6, min_lr_ratio=0.1) for s in range(7)]
+    assert [round(f, 4) for f in cosine] == [0.5, 1.0, 1.0, 0.8682, 0.55, 0.2318, 0.1]
+    assert lr_factor(10, "constant", 0, None, 0.0) == 1.0
     with pytest.raises(ValueError):
-        LRSchedule("cosine", 0, None, 0.0)
+        lr_factor(0, "cosine", 0, None, 0.0)
+    with pytest.raises(ValueError):
+        lr_factor(0, "linear", 0, 10, 0.0)
 
 
 # -- the trainer on the tiny model ----------------------------------------------------------------
@@ -119,10 +121,11 @@ def force_solution(solution):
     return force
 
 
-def config(tmp_path, **kwargs):
-    settings = dict(prompts_per_step=1, samples=2, turns=2, max_new_tokens=8, lr=1e-3, micro_batch_size=1,
-                    eval_kwargs=EVAL, log_dir=str(tmp_path / "log"), checkpoint_dir=str(tmp_path / "ckpt"))
-    return RLConfig(**{**settings, **kwargs})
+def settings(tmp_path, **kwargs):
+    """RLTrainer's keyword arguments for a small run, with overrides."""
+    small = dict(prompts_per_step=1, samples=2, turns=2, max_new_tokens=8, lr=1e-3, micro_batch_size=1,
+                 eval_kwargs=EVAL, log_dir=str(tmp_path / "log"), checkpoint_dir=str(tmp_path / "ckpt"))
+    return {**small, **kwargs}
 
 
 def weights(trainer):
@@ -137,8 +140,8 @@ REQUIRED = ["step", "lr", "loss", "reward_mean", "reward_mean/turn_1", "reward_m
 
 def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, relu_small, relu_solution, tmp_path):
     force = force_solution(relu_solution)
-    first = RLTrainer(str(tiny_path), tasks=[relu_small], config=config(tmp_path, checkpoint_every=1),
-                      force_responses=force)
+    first = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, checkpoint_every=1), force_responses=force)
+    assert first.samples == 2 and first.mrs_upper == 1.001  # given and default settings, as attributes
     start = weights(first)
     rows = first.train(num_steps=2)
     end = weights(first)
@@ -159,9 +162,11 @@ def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, re
     assert "wandb" not in sys.modules  # off unless asked for, and then imported lazily
     saved = json.loads((tmp_path / "ckpt" / "step_000001" / "trainer.json").read_text())
     assert saved["step"] == 1
+    assert saved["settings"]["samples"] == 2 and saved["settings"]["betas"] == [0.9, 0.999]
+    assert "force_responses" not in saved["settings"] and "accelerator" not in saved["settings"]
 
-    resumed = RLTrainer(str(tiny_path), tasks=[relu_small],
-                        config=config(tmp_path / "b", resume_from=str(tmp_path / "ckpt" / "step_000001")),
+    resumed = RLTrainer(str(tiny_path), [relu_small],
+                        **settings(tmp_path / "b", resume_from=str(tmp_path / "ckpt" / "step_000001")),
                         force_responses=force)
     assert resumed.state.step == 1
     (again,) = resumed.train(num_steps=2)
@@ -172,8 +177,8 @@ def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, re
 
 
 def test_lora_trains_only_the_adapter(tiny_path, relu_small, relu_solution, tmp_path):
-    trainer = RLTrainer(str(tiny_path), tasks=[relu_small], force_responses=force_solution(relu_solution),
-                        config=config(tmp_path, turns=1, lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}))
+    trainer = RLTrainer(str(tiny_path), [relu_small], force_responses=force_solution(relu_solution),
+                        **settings(tmp_path, turns=1, lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}))
     start = weights(trainer)
     trainer.step()
     end = weights(trainer)

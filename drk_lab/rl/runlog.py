@@ -30,7 +30,7 @@ def _clean(value):
 
 class RunLog:
     def __init__(self, log_dir: str | Path, *, wandb: bool = False, wandb_project: str = "drk_lab",
-                 wandb_mode: str = "offline", wandb_run_name: str | None = None, config: dict | None = None):
+                 wandb_mode: str = "offline", wandb_run_name: str | None = None, settings: dict | None = None):
         self.dir = Path(log_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.dir / JSONL_NAME
@@ -47,7 +47,7 @@ class RunLog:
                 raise RuntimeError("wandb logging was asked for (wandb=True) but wandb is not installed: "
                                    "pip install wandb, or turn it off") from exc
             self.wandb_run = wandb_module.init(project=wandb_project, name=wandb_run_name, mode=wandb_mode,
-                                               dir=str(self.dir), config=config or {}, resume="allow")
+                                               dir=str(self.dir), config=settings or {}, resume="allow")
 
     def write(self, row: dict) -> None:
         row = {k: _clean(v) for k, v in row.items()}

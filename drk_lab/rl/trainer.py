@@ -1,7 +1,11 @@
 """Multi-turn RL for kernel writers (DESIGN §9): a thin training loop on accelerate.
 
-    trainer = RLTrainer("Qwen/Qwen3-8B", tasks=drk.builtin_tasks(level=1), config=RLConfig(samples=16, turns=3))
+    trainer = RLTrainer("Qwen/Qwen3-8B", drk.builtin_tasks(level=1), samples=16, turns=3, lr=1e-6)
     trainer.train(num_steps=100)
+
+Settings are keyword arguments of RLTrainer (grouped there by topic), kept as attributes of the same
+names; `trainer.settings` holds them all as a plain dict (saved in each checkpoint's trainer.json and
+given to wandb as the run's config).
 
 One step: rollouts (collect_rollouts: the model itself, unwrapped, samples at temperature 1 against
 KernelEnv; evaluations run concurrently) -> token batch -> log-probs recomputed by the trained model
@@ -37,8 +41,8 @@ that the averaged gradient is the global sequence mean, and metrics are summed o
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -48,7 +52,6 @@ import torch
 
 from drk_lab.context import episode_schedule, stts_schedule, write_jsonl
 from drk_lab.rl.advantages import advantages_from_returns, returns_to_go
-from drk_lab.rl.config import LRSchedule, RLConfig
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
 from drk_lab.rl.rollout import SequenceBatch, TokenPolicy, build_batch, collect_rollouts
@@ -56,6 +59,21 @@ from drk_lab.rl.runlog import LOSS_METRICS, RunLog, step_row
 
 CHECKPOINT_PREFIX = "step_"
 GC_KWARGS = {"use_reentrant": False}
+NOT_SETTINGS = ("self", "model_or_path", "tasks", "tokenizer", "accelerator", "force_responses")
+
+
+def lr_factor(step: int, schedule: str, warmup_steps: int, total_steps: int | None, min_lr_ratio: float) -> float:
+    """Multiplier of the base LR at optimizer step `step`: linear warmup, then constant, or cosine to min_lr_ratio."""
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {schedule!r}")
+    if schedule == "cosine" and not total_steps:
+        raise ValueError("a cosine schedule needs total_steps (or train(num_steps))")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = min((step - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 @dataclass
@@ -87,53 +105,102 @@ def sequence_logprobs(model, rows: dict, entropy: bool = False, return_logits: b
     return out[0] if len(out) == 1 else tuple(out)
 
 
-def _load_model(model, tokenizer, dtype: str | None):
-    if isinstance(model, (str, Path)):
+def _load_model(model_or_path, tokenizer, dtype: str | None):
+    model = model_or_path
+    if isinstance(model_or_path, (str, Path)):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-        model = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_or_path)
+        model = AutoModelForCausalLM.from_pretrained(model_or_path, **kwargs)
     if tokenizer is None:
         raise ValueError("RLTrainer: pass the tokenizer along with a model object")
     return model, tokenizer
 
 
 class RLTrainer:
-    """See the module docstring. `force_responses(task, sample, turn) -> str | None` replaces replies
-    (see collect_rollouts); `accelerator` defaults to one built from the config."""
+    """See the module docstring. `model_or_path`: a model folder or hub name (loaded with its tokenizer), or a
+    model object along with `tokenizer`."""
 
-    def __init__(self, model, tokenizer=None, tasks=(), config: RLConfig | None = None, *, accelerator=None,
-                 force_responses=None):
+    def __init__(
+        self, model_or_path, tasks, *, tokenizer=None,
+        # model
+        model_dtype: str | None = None,  # when the model is loaded from a path: "bfloat16", "float32", ...
+        lora: dict | None = None,  # peft LoraConfig arguments, e.g. {"r": 16, "target_modules": "all-linear"}
+        gradient_checkpointing: bool = False,
+        mixed_precision: str = "no",  # accelerate's: "no", "bf16", "fp16"
+        seed: int = 0,
+        # rollouts
+        prompts_per_step: int = 2,  # tasks per step over all processes (each gets `samples` episodes)
+        samples: int = 4,  # episodes per task: one group
+        turns: int = 3,
+        context_turns: int | None = None,  # None: full context; k: a rolling window of k earlier turns
+        context_strategy: str = "last_k",
+        stts: dict | None = None,  # {"max_user_turns", "remain_turns", "iterations", ...} instead of turns
+        reward_fn: str = "drkernel",
+        temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 512,
+        max_prompt_tokens: int | None = None, max_context_tokens: int | None = None, feedback_tokens: int = 2048,
+        system_prompt: str | None = None, chat_template_kwargs: dict | None = None, generation_batch_size: int = 8,
+        eval_kwargs: dict | None = None,  # to drk_lab.evaluate (device, correctness_trials, ...)
+        max_workers: int | None = None, shuffle_tasks: bool = True,
+        # filters
+        mrs: bool = True,  # off: nothing is rejected, but what MRS would reject is still logged
+        mrs_lower: float = 0.999, mrs_upper: float = 1.001, mrs_token_veto: float = 1e-4,
+        prs: bool = True, prs_threshold: float = 0.3, prs_width: float = 0.1, prs_keep_if_speedup: float | None = None,
+        # advantages
+        advantage: str = "trloo",  # or "grpo" (multi-turn GRPO, for comparison)
+        gamma: float = 1.0, std_normalize: bool = False,
+        returns_include_rejected: bool = True,  # a PRS-rejected turn's reward still counts in earlier returns
+        # loss and optimizer
+        eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float | None = 3.0, grad_clip: float = 1.0,
+        lr: float = 1e-6, weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
+        lr_schedule: str = "constant",  # or "cosine"
+        warmup_steps: int = 0,
+        total_steps: int | None = None,  # optimizer steps the cosine spans (default: train()'s num_steps)
+        min_lr_ratio: float = 0.0,
+        micro_batch_size: int = 1,  # sequences per forward/backward
+        mini_batches: int = 1,  # optimizer steps per rollout batch (PPO-style; >1 makes the ratio clip bite)
+        padding_side: str = "right",
+        # checkpoints and logging
+        checkpoint_dir: str | None = None,
+        checkpoint_every: int = 0,  # steps; 0: only when save_checkpoint() is called
+        resume_from: str | None = None,  # a checkpoint folder, or "latest" (in checkpoint_dir)
+        log_dir: str | None = None, save_rollouts: bool = True,
+        wandb: bool = False, wandb_project: str = "drk_lab", wandb_mode: str = "offline",
+        wandb_run_name: str | None = None,
+        # objects
+        accelerator=None,  # default: Accelerator(mixed_precision=mixed_precision)
+        force_responses=None,  # (task, sample, turn) -> str | None replaces replies (see collect_rollouts)
+    ):
+        # first, while locals() holds only the arguments: the settings become attributes of the same names
+        self.settings = {name: value for name, value in locals().items() if name not in NOT_SETTINGS}
+        vars(self).update(self.settings)
         from accelerate import Accelerator
         from accelerate.utils import set_seed
         from trl.trainer.utils import disable_dropout_in_model
 
-        self.config = config = config or RLConfig()
         self.tasks = list(tasks)
         if not self.tasks:
             raise ValueError("RLTrainer needs at least one task")
-        self.accelerator = accelerator or Accelerator(mixed_precision=config.mixed_precision)
-        if config.prompts_per_step < self.accelerator.num_processes:
-            raise ValueError(f"prompts_per_step={config.prompts_per_step} is fewer than the "
+        self.accelerator = accelerator or Accelerator(mixed_precision=mixed_precision)
+        if prompts_per_step < self.accelerator.num_processes:
+            raise ValueError(f"prompts_per_step={prompts_per_step} is fewer than the "
                              f"{self.accelerator.num_processes} processes")
-        set_seed(config.seed)
-        model, self.tokenizer = _load_model(model, tokenizer, config.model_dtype)
-        if config.lora:
+        set_seed(seed)
+        model, self.tokenizer = _load_model(model_or_path, tokenizer, model_dtype)
+        if lora:
             from peft import LoraConfig, get_peft_model
 
-            lora = config.lora
             if not isinstance(lora, LoraConfig):
                 lora = LoraConfig(task_type="CAUSAL_LM", **lora)
             model = get_peft_model(model, lora)
         disable_dropout_in_model(model)
-        if config.gradient_checkpointing:
+        if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=GC_KWARGS)
-            if config.lora:
+            if lora:
                 model.enable_input_require_grads()
         self.params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(self.params, lr=config.lr, betas=tuple(config.betas),
-                                      weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(self.params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.scheduler = None
@@ -142,24 +209,23 @@ class RLTrainer:
         self.log: RunLog | None = None
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
-        if config.resume_from:
-            self.load_checkpoint(config.resume_from)
+        if resume_from:
+            self.load_checkpoint(resume_from)
 
     # -- schedule and checkpoints ----------------------------------------------------------------
     def _ensure_scheduler(self, num_steps: int | None, total: int | None = None) -> None:
         if self.scheduler is not None:
             return
-        c = self.config
-        total = total or c.total_steps or (num_steps * c.mini_batches if num_steps else None)
+        total = total or self.total_steps or (num_steps * self.mini_batches if num_steps else None)
         self.schedule_total = total
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer.optimizer, LRSchedule(c.lr_schedule, c.warmup_steps, total, c.min_lr_ratio))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.optimizer, lambda step: lr_factor(
+            step, self.lr_schedule, self.warmup_steps, total, self.min_lr_ratio))
         self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def checkpoint_path(self, step: int) -> Path:
-        if not self.config.checkpoint_dir:
-            raise ValueError("set config.checkpoint_dir to save checkpoints")
-        return Path(self.config.checkpoint_dir) / f"{CHECKPOINT_PREFIX}{step:06d}"
+        if not self.checkpoint_dir:
+            raise ValueError("pass checkpoint_dir to save checkpoints")
+        return Path(self.checkpoint_dir) / f"{CHECKPOINT_PREFIX}{step:06d}"
 
     def save_checkpoint(self) -> Path:
         self._ensure_scheduler(None)
@@ -168,15 +234,15 @@ class RLTrainer:
         if self.accelerator.is_main_process:
             (path / "trainer.json").write_text(json.dumps(
                 {"step": self.state.step, "schedule_total": self.schedule_total,
-                 "config": dataclasses.asdict(self.config)}, indent=1, default=str))
+                 "settings": self.settings}, indent=1, default=str))
         self.accelerator.wait_for_everyone()
         return path
 
     def load_checkpoint(self, path: str) -> None:
         if path == "latest":
-            found = sorted(Path(self.config.checkpoint_dir or ".").glob(f"{CHECKPOINT_PREFIX}*/trainer.json"))
+            found = sorted(Path(self.checkpoint_dir or ".").glob(f"{CHECKPOINT_PREFIX}*/trainer.json"))
             if not found:
-                raise FileNotFoundError(f"no checkpoint in {self.config.checkpoint_dir}")
+                raise FileNotFoundError(f"no checkpoint in {self.checkpoint_dir}")
             path = str(found[-1].parent)
         saved = json.loads((Path(path) / "trainer.json").read_text())
         self._ensure_scheduler(None, saved.get("schedule_total"))
@@ -185,47 +251,45 @@ class RLTrainer:
     # -- one step --------------------------------------------------------------------------------
     def step_tasks(self, step: int) -> list:
         """This process's tasks for `step` (a pure function of the step and seed, so resuming repeats it)."""
-        n, k = len(self.tasks), self.config.prompts_per_step
+        n, k = len(self.tasks), self.prompts_per_step
         chosen = []
         for j in range(step * k, (step + 1) * k):
             epoch, pos = divmod(j, n)
             order = list(range(n))
-            if self.config.shuffle_tasks:
-                random.Random(self.config.seed * 7919 + epoch).shuffle(order)
+            if self.shuffle_tasks:
+                random.Random(self.seed * 7919 + epoch).shuffle(order)
             chosen.append(self.tasks[order[pos]])
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         return chosen[rank * k // world:(rank + 1) * k // world]
 
     def schedule(self):
-        c = self.config
-        if c.stts:
-            return stts_schedule(**c.stts)
-        return episode_schedule(c.turns, c.context_turns, c.context_strategy)
+        if self.stts:
+            return stts_schedule(**self.stts)
+        return episode_schedule(self.turns, self.context_turns, self.context_strategy)
 
     def _seed(self, step: int, salt: int) -> int:
-        return ((self.config.seed * 1_000_003 + step) * 1009 + self.accelerator.process_index) * 7 + salt
+        return ((self.seed * 1_000_003 + step) * 1009 + self.accelerator.process_index) * 7 + salt
 
     def rollout(self, step: int):
         from trl.models.utils import unwrap_model_for_generation
 
-        c = self.config
-        sampling = {"temperature": c.temperature, "top_p": c.top_p, "top_k": c.top_k,
-                    "max_new_tokens": c.max_new_tokens}
+        sampling = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                    "max_new_tokens": self.max_new_tokens}
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
         with unwrapped_model as unwrapped, self.accelerator.autocast():
             policy = TokenPolicy(unwrapped, self.tokenizer, device=self.accelerator.device,
-                                 max_new_tokens=c.max_new_tokens, batch_size=c.generation_batch_size,
-                                 chat_template_kwargs=c.chat_template_kwargs)
+                                 max_new_tokens=self.max_new_tokens, batch_size=self.generation_batch_size,
+                                 chat_template_kwargs=self.chat_template_kwargs)
             return collect_rollouts(
-                policy, self.step_tasks(step), samples=c.samples, schedule=self.schedule(), reward_fn=c.reward_fn,
-                sampling=sampling, seed=self._seed(step, 1), feedback_tokens=c.feedback_tokens,
-                max_prompt_tokens=c.max_prompt_tokens, max_context_tokens=c.max_context_tokens,
-                system_prompt=c.system_prompt, force_responses=self.force_responses, max_workers=c.max_workers,
-                **c.eval_kwargs)
+                policy, self.step_tasks(step), samples=self.samples, schedule=self.schedule(),
+                reward_fn=self.reward_fn, sampling=sampling, seed=self._seed(step, 1),
+                feedback_tokens=self.feedback_tokens, max_prompt_tokens=self.max_prompt_tokens,
+                max_context_tokens=self.max_context_tokens, system_prompt=self.system_prompt,
+                force_responses=self.force_responses, max_workers=self.max_workers, **(self.eval_kwargs or {}))
 
     def _micro_batches(self, index: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.split(index, self.config.micro_batch_size)) or [index]
+        return list(torch.split(index, self.micro_batch_size)) or [index]
 
     @torch.no_grad()
     def recompute_logprobs(self, batch: SequenceBatch) -> torch.Tensor:
@@ -244,23 +308,22 @@ class RLTrainer:
 
     def select(self, batch: SequenceBatch, old_logp: torch.Tensor, step: int) -> tuple[torch.Tensor, dict]:
         """valid[B, T]: turns that exist, in trajectories MRS keeps, not rejected by PRS; and their metrics."""
-        c = self.config
         metrics = {}
         keep_traj = torch.ones(batch.rewards.shape[0], dtype=torch.bool)
         train_flat, mask = batch.per_trajectory(old_logp)
         rollout_flat, _ = batch.per_trajectory(batch.rollout_logp)
-        keep, mrs_metrics = mismatch_rejection(train_flat, rollout_flat, mask, c.mrs_lower, c.mrs_upper,
-                                               c.mrs_token_veto)
+        keep, mrs_metrics = mismatch_rejection(train_flat, rollout_flat, mask, self.mrs_lower, self.mrs_upper,
+                                               self.mrs_token_veto)
         metrics.update(mrs_metrics)
-        if c.mrs:
+        if self.mrs:
             keep_traj = keep
         valid = batch.exists & keep_traj[:, None]
-        if c.prs:
+        if self.prs:
             generator = torch.Generator().manual_seed(self._seed(step, 2))
             keep_turn, prs_metrics = profiling_rejection_with_metrics(
-                batch.coverage[batch.exists], batch.correct[batch.exists], c.prs_threshold, c.prs_width, generator,
+                batch.coverage[batch.exists], batch.correct[batch.exists], self.prs_threshold, self.prs_width, generator,
                 hacked=batch.hacked[batch.exists], speedup=batch.speedup[batch.exists],
-                keep_if_speedup=c.prs_keep_if_speedup)
+                keep_if_speedup=self.prs_keep_if_speedup)
             prs_keep = torch.ones_like(valid)
             prs_keep[batch.exists] = keep_turn
             valid &= prs_keep
@@ -268,27 +331,26 @@ class RLTrainer:
         return valid, metrics
 
     def advantages(self, batch: SequenceBatch, valid: torch.Tensor) -> torch.Tensor:
-        c = self.config
-        if c.advantage not in ("trloo", "grpo"):
-            raise ValueError(f"advantage must be 'trloo' or 'grpo', got {c.advantage!r}")
-        returns = returns_to_go(batch.rewards, batch.exists if c.returns_include_rejected else valid, c.gamma)
-        return advantages_from_returns(returns, batch.group, valid, leave_one_out=c.advantage == "trloo",
-                                       single="return" if c.advantage == "trloo" else "zero",
-                                       std_normalize=c.std_normalize)
+        if self.advantage not in ("trloo", "grpo"):
+            raise ValueError(f"advantage must be 'trloo' or 'grpo', got {self.advantage!r}")
+        returns = returns_to_go(batch.rewards, batch.exists if self.returns_include_rejected else valid, self.gamma)
+        return advantages_from_returns(returns, batch.group, valid, leave_one_out=self.advantage == "trloo",
+                                       single="return" if self.advantage == "trloo" else "zero",
+                                       std_normalize=self.std_normalize)
 
     def _global_sum(self, value: float) -> float:
         return float(self.accelerator.reduce(torch.tensor([float(value)], device=self.accelerator.device), "sum"))
 
     def optimize(self, batch: SequenceBatch, old_logp: torch.Tensor, adv: torch.Tensor, valid: torch.Tensor) -> dict:
         """Mini-batch optimizer steps over the batch; returns local metric sums and the grad norms."""
-        c, acc = self.config, self.accelerator
+        acc = self.accelerator
         token_adv = batch.token_values(adv)
         loss_mask = batch.model_mask & (batch.token_values(valid.float()) > 0)
         trained = loss_mask.any(-1)
         sums = {name: 0.0 for name in ("loss", "entropy", "tokens", *LOSS_METRICS)}
         grad_norms, forward_tokens = [], 0
         self.model.train()
-        for mini in torch.tensor_split(torch.arange(batch.num_sequences), c.mini_batches):
+        for mini in torch.tensor_split(torch.arange(batch.num_sequences), self.mini_batches):
             count = self._global_sum(float(trained[mini].sum()))
             if count == 0:
                 continue
@@ -305,7 +367,7 @@ class RLTrainer:
                         logp, entropy = sequence_logprobs(self.model, rows, entropy=True)
                         loss, m = clipped_policy_loss(
                             logp, old_logp[index][:, cut].to(acc.device), token_adv[index][:, cut].to(acc.device),
-                            mask, eps_low=c.eps_low, eps_high=c.eps_high, dual_clip=c.dual_clip,
+                            mask, eps_low=self.eps_low, eps_high=self.eps_high, dual_clip=self.dual_clip,
                             num_sequences=count / acc.num_processes)
                     acc.backward(loss)
                 forward_tokens += int(rows["attention_mask"].sum())
@@ -315,7 +377,7 @@ class RLTrainer:
                 sums["entropy"] += float(masked_mean(entropy, mask)) * tokens
                 for name in LOSS_METRICS:
                     sums[name] += float(m[name]) * tokens
-            grad_norms.append(float(acc.clip_grad_norm_(self.params, c.grad_clip)))
+            grad_norms.append(float(acc.clip_grad_norm_(self.params, self.grad_clip)))
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -324,7 +386,7 @@ class RLTrainer:
 
     def step(self) -> dict:
         """One RL step (rollouts, filters, advantages, optimizer steps); returns the logged row."""
-        c, acc = self.config, self.accelerator
+        acc = self.accelerator
         self._ensure_scheduler(None)
         step = self.state.step
         if torch.cuda.is_available():
@@ -332,7 +394,7 @@ class RLTrainer:
         started = time.perf_counter()
         rollout = self.rollout(step)
         rollout_s = time.perf_counter() - started
-        batch = build_batch(rollout, self.pad_token_id, c.padding_side)
+        batch = build_batch(rollout, self.pad_token_id, self.padding_side)
         train_started = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]  # what this step's (first) optimizer step uses
         old_logp = self.recompute_logprobs(batch)
@@ -344,16 +406,16 @@ class RLTrainer:
         row = step_row(acc, self.state.step, lr, rollout, batch, valid, adv,
                        filter_metrics, opt, {"rollout_s": rollout_s, "training_s": training_s,
                                              "step_s": time.perf_counter() - started})
-        if c.log_dir and acc.is_main_process:
+        if self.log_dir and acc.is_main_process:
             if self.log is None:
-                self.log = RunLog(c.log_dir, wandb=c.wandb, wandb_project=c.wandb_project, wandb_mode=c.wandb_mode,
-                                  wandb_run_name=c.wandb_run_name, config=dataclasses.asdict(c))
+                self.log = RunLog(self.log_dir, wandb=self.wandb, wandb_project=self.wandb_project,
+                                  wandb_mode=self.wandb_mode, wandb_run_name=self.wandb_run_name, settings=self.settings)
             self.log.write(row)
-        if c.log_dir and c.save_rollouts:
+        if self.log_dir and self.save_rollouts:
             suffix = f"_rank{acc.process_index}" if acc.num_processes > 1 else ""
             name = f"step_{self.state.step:06d}{suffix}.jsonl"
-            write_jsonl(rollout.trajectories, Path(c.log_dir) / "rollouts" / name, append=False)
-        if c.checkpoint_every and self.state.step % c.checkpoint_every == 0:
+            write_jsonl(rollout.trajectories, Path(self.log_dir) / "rollouts" / name, append=False)
+        if self.checkpoint_every and self.state.step % self.checkpoint_every == 0:
             self.save_checkpoint()
         return row
 
