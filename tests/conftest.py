@@ -39,3 +39,12 @@ def relu_solution(tasks):
     import drk_lab as drk
 
     return drk.builtin_solution(tasks["level1/01_relu"])
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory):
+    """A tiny random Qwen3-style model and its tokenizer, saved once; load it per module (training changes it)."""
+    pytest.importorskip("transformers")
+    from drk_lab.tiny_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")

@@ -14,14 +14,14 @@ from drk_lab.policy_hf import TransformersPolicy  # noqa: E402
 from drk_lab.rl.rollout import (  # noqa: E402
     ENV_TURN, build_batch, collect_rollouts, encode, feedback_glue, template_text)
 from drk_lab.rl.trainer import sequence_logprobs  # noqa: E402
-from drk_lab.tiny_model import load_tiny, make_tiny_model  # noqa: E402
+from drk_lab.tiny_model import load_tiny  # noqa: E402
 
 EVAL = {"device": "cpu", "correctness_trials": 1}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return load_tiny(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+def tiny(tiny_path):
+    return load_tiny(tiny_path)
 
 
 @pytest.fixture(scope="module")

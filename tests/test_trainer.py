@@ -23,7 +23,7 @@ from drk_lab.rl.loss import clipped_policy_loss  # noqa: E402
 from drk_lab.rl.rollout import build_batch, collect_rollouts  # noqa: E402
 from drk_lab.rl.runlog import RunLog, read_log  # noqa: E402
 from drk_lab.rl.trainer import RLTrainer, lr_factor, sequence_logprobs  # noqa: E402
-from drk_lab.tiny_model import load_tiny, make_tiny_model  # noqa: E402
+from drk_lab.tiny_model import load_tiny  # noqa: E402
 
 EVAL = {"device": "cpu", "correctness_trials": 1}
 
@@ -91,9 +91,6 @@ def test_lr_schedule_warmup_and_cosine():
 
 
 # -- the trainer on the tiny model ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def test_gradient_reaches_only_logits_that_predict_model_tokens(tiny_path, relu_small):
