@@ -478,6 +478,9 @@ class Sandbox:
         self.info: dict = {}
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="drk_sandbox_")
+        if len(self._dir) > 70:  # a unix socket's path must fit in 108 bytes: a long $TMPDIR would not
+            os.rmdir(self._dir)
+            self._dir = tempfile.mkdtemp(prefix="drk_sandbox_", dir="/tmp")
         self.lock_dir = os.path.join(tempfile.gettempdir(), "drk_gpu_locks")
         atexit.register(self.close)
 

@@ -1,6 +1,8 @@
 """evaluate() on the CPU path: real worker processes and the real Triton interpreter."""
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -137,3 +139,13 @@ def test_reference_failures_are_not_blamed_on_the_candidate(relu_solution):
 def test_static_checks_read_the_syntax_tree(code, expected):
     found = check_candidate(code)
     assert (found[0] if found else None) == expected
+
+
+def test_a_long_tmpdir_still_works(tmp_path):
+    long_tmp = tmp_path / ("x" * 60) / ("y" * 60)  # the zygote's unix socket path would pass 108 bytes
+    long_tmp.mkdir(parents=True)
+    script = ("import drk_lab as drk; t = drk.builtin_tasks(level=1)[0].small(); "
+              "print(drk.evaluate(t, drk.builtin_solution(t), device='cpu', correctness_trials=1).ok)")
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(long_tmp)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1:] == ["True"], proc.stderr[-2000:]
