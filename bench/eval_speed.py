@@ -97,15 +97,15 @@ def phase_latency():
     save("latency", {"rows": rows, "summary": summary})
 
 
-def throughput(isolation: str, pairs) -> dict:
+def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     start = time.perf_counter()
-    results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation)
+    results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile)
     seconds = time.perf_counter() - start
     stages = {}
     for r in results:
         for stage, t in (r.stage_seconds or {}).items():
             stages.setdefault(stage.rstrip("0123456789") or stage, []).append(t)
-    return {"isolation": isolation, "evaluations": len(pairs), "seconds": seconds,
+    return {"isolation": isolation, "profile": profile, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
             "lifecycle_lock": os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1",
@@ -113,19 +113,25 @@ def throughput(isolation: str, pairs) -> dict:
             "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds)}
 
 
-def phase_throughput(isolations=("fork", "spawn")):
+def phase_throughput(isolations=("fork", "spawn"), profile: bool = True):
     """Many candidates in flight: the fork server against a fresh Python per evaluation."""
     ts = tasks((1, 2))
     rows = []
     for isolation in isolations:
         pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for t in ts]
-        rows.append(throughput(isolation, pairs))
+        rows.append(throughput(isolation, pairs, profile))
         print(rows[-1], flush=True)
     if len(rows) == 2:
         rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
         print(rows[-1])
     lifecycle = "" if os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1" else "_no_lifecycle_lock"
-    save(("throughput" if len(rows) > 1 else f"throughput_{isolations[0]}") + lifecycle, rows)
+    save(("throughput" if len(rows) > 1 else f"throughput_{isolations[0]}") + lifecycle + ("" if profile else "_no_profile"),
+         rows)
+
+
+def phase_throughput_no_profile():
+    """As phase_throughput with profile=False (hack checks still on): workers skip the profiler's start-up."""
+    phase_throughput(profile=False)
 
 
 def phase_throughput_fork():

@@ -50,7 +50,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
         if found:
             return EvalResult(error_kind="hacked", error=found[1], hacked=True, hack_reasons=found[0])
     device = device or default_device()
-    sandbox = get_sandbox(device, isolation)
+    sandbox = get_sandbox(device, isolation, profiler=bool(profile))
     info = sandbox.start()
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
     job = {

@@ -353,7 +353,7 @@ def gpu_name() -> str:
 
 # ---- the zygote ------------------------------------------------------------------------------
 
-def serve(device: str, socket_path: str, lock_dir: str, warm: int) -> None:
+def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: bool = True) -> None:
     import torch  # noqa: F401  preloaded for every worker forked from here
     import triton  # noqa: F401
     import triton.language  # noqa: F401
@@ -375,7 +375,7 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int) -> None:
     sys.stdout.flush()
     while True:
         while len(idle) < warm:
-            idle.add(fork_supervisor(listener, taken_r, taken_w, device, lock_dir))
+            idle.add(fork_supervisor(listener, taken_r, taken_w, device, lock_dir, profiler))
         ready, _, _ = select.select([taken_r, sys.stdin], [], [], 1.0)
         if sys.stdin in ready and not sys.stdin.buffer.read1(1):
             for pid in idle:  # the caller went away
@@ -394,7 +394,8 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int) -> None:
             idle.discard(pid)
 
 
-def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device: str, lock_dir: str) -> int:
+def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device: str, lock_dir: str,
+                    profiler: bool = True) -> int:
     """Fork a supervisor with its worker; the worker warms up while the supervisor waits for a job."""
     pid = os.fork()
     if pid:
@@ -418,7 +419,7 @@ def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device:
                 if device != "cpu":
                     from drk_lab.warm import warm_up
 
-                    warm_up(device, lock_dir, gpu_index(device))
+                    warm_up(device, lock_dir, gpu_index(device), profiler)
                 line = read_line(job_r)
                 if line:
                     run_job(json.loads(line), status_w, job_r)
@@ -469,10 +470,11 @@ def set_parent_death_signal() -> None:
 class Sandbox:
     """Runs jobs in isolated workers; thread-safe; restarts its zygote if it dies."""
 
-    def __init__(self, device: str = "cpu", isolation: str = "fork", warm_workers: int | None = None):
+    def __init__(self, device: str = "cpu", isolation: str = "fork", warm_workers: int | None = None,
+                 profiler: bool = True):
         if isolation not in ("fork", "spawn"):
             raise ValueError("isolation must be 'fork' or 'spawn'")
-        self.device, self.isolation = device, isolation
+        self.device, self.isolation, self.profiler = device, isolation, profiler  # profiler: warm-ups start it
         self.warm_workers = warm_workers if warm_workers is not None else default_warm_workers(device)
         self.zygote: subprocess.Popen | None = None
         self.info: dict = {}
@@ -499,7 +501,8 @@ class Sandbox:
             self.socket_path = os.path.join(self._dir, f"zygote{time.monotonic_ns()}.sock")
             env = {**os.environ, **device_env(self.device), "TRITON_CACHE_DIR": str(cache_dir() / "triton")}
             self.zygote = subprocess.Popen(
-                [*ENTRY, "serve", self.device, self.socket_path, self.lock_dir, str(self.warm_workers)],
+                [*ENTRY, "serve", self.device, self.socket_path, self.lock_dir, str(self.warm_workers),
+                 str(int(self.profiler))],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
             line = self.zygote.stdout.readline()
             if not line:
@@ -545,20 +548,23 @@ class Sandbox:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-_sandboxes: dict[tuple[str, str], Sandbox] = {}
+_sandboxes: dict[tuple[str, str, bool], Sandbox] = {}
 _sandboxes_lock = threading.Lock()
 
 
-def get_sandbox(device: str, isolation: str = "fork") -> Sandbox:
+def get_sandbox(device: str, isolation: str = "fork", profiler: bool = True) -> Sandbox:
+    """One sandbox per (device, isolation, profiler): on CUDA, workers that will never profile skip
+    the profiler's slow start-up while they warm up (on the CPU nothing is profiled or warmed up)."""
     with _sandboxes_lock:
-        if (device, isolation) not in _sandboxes:
-            _sandboxes[(device, isolation)] = Sandbox(device, isolation)
-        return _sandboxes[(device, isolation)]
+        key = (device, isolation, profiler or device == "cpu")
+        if key not in _sandboxes:
+            _sandboxes[key] = Sandbox(device, isolation, profiler=key[2])
+        return _sandboxes[key]
 
 
 def main(argv: list[str]) -> None:
     if argv[0] == "serve":
-        serve(argv[1], argv[2], argv[3], int(argv[4]))
+        serve(argv[1], argv[2], argv[3], int(argv[4]), argv[5] == "1")
     elif argv[0] == "worker":  # spawn isolation: the job and then the acknowledgement on stdin
         enter_worker(None)
         run_job(json.loads(read_line(0)), int(argv[1]), 0)

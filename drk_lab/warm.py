@@ -20,17 +20,18 @@ def fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, value, mask=offsets < n)
 
 
-def warm_up(device: str, lock_dir: str, gpu: int) -> None:
-    """Start the CUDA context and cuBLAS (under the GPU lock only with LIFECYCLE_LOCK), then the
-    profiler (CPU work, no lock), then run one of each kind of kernel, profiled, under a shared
-    GPU lock."""
+def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None:
+    """Start the CUDA context and cuBLAS (under the GPU lock only with LIFECYCLE_LOCK), then, for
+    workers that will profile, the profiler (4-5 s of CPU, no lock), then run one of each kind of
+    kernel (profiled) under a shared GPU lock."""
     lock = GpuLock(lock_dir, gpu)
     with lock.shared() if LIFECYCLE_LOCK else nullcontext():
         torch.empty(1, device=device)
         torch.cuda.current_blas_handle()
-    prof = new_profile()
+    prof = new_profile() if profiler else None
     with lock.shared():
-        prof.start_trace()
+        if prof:
+            prof.start_trace()
         x = torch.randn(64, 64, device=device)
         (x @ x).sum().item()
         out = torch.empty(1000, device=device)
@@ -38,7 +39,8 @@ def warm_up(device: str, lock_dir: str, gpu: int) -> None:
         correctness.poison_memory(correctness.tensor_specs([out]), torch.device(device))
         correctness.compare(out, out.clone(), None, None)
         torch.cuda.synchronize(device)
-        prof.stop_trace()
+        if prof:
+            prof.stop_trace()
 
 
 def precompute_in_zygote() -> None:

@@ -245,8 +245,11 @@ class Worker:
                                                result)
 
     def time_model(self, ref_module, model, kernel_names: set[str] | None = None, result: dict | None = None) -> dict:
-        """Time the model under the exclusive lock; for a candidate with hack checks on, also
-        profile it there (kernel table, coverage) and check its speed against physics."""
+        """Time the model under the exclusive lock. With kernel_names (a candidate with hack checks or
+        profiling on), also its bandwidth against the measured copy, its profile (kernel table,
+        coverage; under the shared lock) and the speed-of-light check."""
+        from drk_lab import profiler
+
         self.stage("wait_lock")
         with self.lock.exclusive():
             self.end_stage()
@@ -254,31 +257,26 @@ class Worker:
             inputs = make_inputs(ref_module, self.job["timing_seed"], self.device)
             with torch.no_grad():
                 stats = time_cuda(model, inputs, self.job["warmup"], self.job["timing_trials"], self.job["flush_bytes"])
-            if kernel_names is not None and self.profiling:
-                from drk_lab.profiler import copy_bandwidth
-
-                copy_bandwidth(self.device)  # measured once per device, and only with the GPU to itself
+                if kernel_names is not None:
+                    moved = profiler.io_bytes(inputs, model(*inputs))
+                    copy = profiler.copy_bandwidth(self.device)  # measured once per device, with the GPU to itself
             self.end_stage()
-        if kernel_names is not None and self.profiling:
+        if kernel_names is None:
+            return stats
+        fraction = profiler.achieved_bandwidth(moved, stats["median_ms"] * 1e-3, copy).get("fraction")
+        result["bandwidth_fraction"] = fraction
+        if self.profiling:
             self.stage("profile")
             with torch.no_grad():
-                self.profile(model, inputs, kernel_names, stats, result)
+                prof = profiler.profile_forward(model, inputs, kernel_names, hold_gpu=self.lock.shared)
+            result["coverage"], result["kernels"] = prof.get("coverage"), prof.get("kernels") or []
+            result["bottleneck"] = profiler.bottleneck_summary(result["kernels"], result["coverage"], fraction,
+                                                               stats["median_ms"])
             self.end_stage()
+        if self.checks and (fraction or 0.0) > IMPOSSIBLE_FRACTION:
+            self.flag(result, [("impossible_speedup", f"{fraction:.1f}x the measured copy bandwidth for the bytes "
+                                f"its inputs and outputs hold ({stats['median_ms']:.4f} ms)")])
         return stats
-
-    def profile(self, model, inputs, kernel_names: set[str], stats: dict, result: dict) -> None:
-        from drk_lab import profiler
-
-        prof = profiler.profile_forward(model, inputs, kernel_names, hold_gpu=self.lock.shared)
-        result["coverage"], result["kernels"] = prof.get("coverage"), prof.get("kernels") or []
-        bandwidth = profiler.achieved_bandwidth(profiler.io_bytes(inputs, model(*inputs)), stats["median_ms"] * 1e-3,
-                                                profiler.copy_bandwidth(self.device))
-        result["bandwidth_fraction"] = bandwidth.get("fraction")
-        result["bottleneck"] = profiler.bottleneck_summary(result["kernels"], result["coverage"],
-                                                           bandwidth.get("fraction"), stats["median_ms"])
-        if self.checks and (bandwidth.get("fraction") or 0.0) > IMPOSSIBLE_FRACTION:
-            self.flag(result, [("impossible_speedup", f"{bandwidth['fraction']:.1f}x the measured copy bandwidth "
-                                f"for the bytes its inputs and outputs hold ({stats['median_ms']:.4f} ms)")])
 
     # ---- hack checks ---------------------------------------------------------------------------
     def launches(self, disabled: bool = False):

@@ -50,3 +50,11 @@ def test_compilation_gives_the_gpu_back(tmp_path):
         assert lock.held is None
     finally:
         knobs.runtime.jit_cache_hook = knobs.runtime.jit_post_compile_hook = None
+
+
+def test_sandboxes_are_kept_apart_by_whether_their_workers_profile():
+    from drk_lab.sandbox import get_sandbox
+
+    assert get_sandbox("cuda", "fork", profiler=False) is not get_sandbox("cuda", "fork", profiler=True)
+    assert get_sandbox("cuda", "fork", profiler=False).profiler is False
+    assert get_sandbox("cpu", "fork", profiler=False) is get_sandbox("cpu", "fork")  # the CPU path never profiles
