@@ -4,7 +4,6 @@ import math
 import random
 import tokenize
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
