@@ -21,6 +21,7 @@ import torch
 
 import drk_lab as drk
 from drk_lab.profiler import copy_bandwidth  # measured once per device, cached
+from drk_lab.profiler import io_bytes as forward_bytes  # the same count as the harness's bandwidth figure
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -53,9 +54,7 @@ def io_bytes(task) -> int:
     with torch.device("meta"):
         inputs = namespace["get_inputs"]()
         model = namespace["Model"](*namespace["get_init_inputs"]())
-        out = model(*inputs)
-    outs = out if isinstance(out, (tuple, list)) else [out]
-    return sum(t.numel() * t.element_size() for t in [*inputs, *outs] if isinstance(t, torch.Tensor))
+        return forward_bytes(inputs, model(*inputs))
 
 
 def save(name: str, data) -> None:
