@@ -12,6 +12,7 @@ for step in "$@"; do
     unlocked:*) DRK_LIFECYCLE_LOCK=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of the lifecycle lock
     warm16) DRK_WARM_WORKERS=16 timeout 90 python bench/eval_speed.py throughput_fork ;;
     profcost) timeout 200 python bench/profiler_cost.py ;;
+    ncu) timeout 240 python bench/ncu_check.py ;;
     overhead) DRK_BENCH_REPEATS=1 timeout 150 python bench/hack_recall.py overhead ;;
     hacks:*) timeout ${T:-200} python bench/hack_recall.py ${step#hacks:} ;;
     *:*) timeout ${step#*:} python bench/eval_speed.py ${step%:*} ;;

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from drk_lab.hacking import static_hack_check
 from drk_lab.result import EvalResult
-from drk_lab.sandbox import get_sandbox
+from drk_lab.sandbox import STAGE_TIMEOUTS, get_sandbox
 from drk_lab.shapes import other_shape
 from drk_lab.static import check_candidate
 from drk_lab.task import Task
@@ -39,7 +39,9 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     Triton interpreter runs the correctness stages and timings are None with the reason.
     With `hack_checks` (the default) the static and runtime reward-hacking checks run, and on
     CUDA the candidate is profiled (kernel table, coverage, bandwidth); turning them off is for
-    studying the harness itself, never for rewards.
+    studying the harness itself, never for rewards. `profile="ncu"` adds Nsight Compute's DRAM
+    throughput and achieved occupancy to the candidate's rows of the kernel table (when `ncu` is
+    on PATH; otherwise a note says why), in a separate run that holds the GPU alone.
     """
     static_failure = check_candidate(code)
     if static_failure:
@@ -59,7 +61,8 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
         "trial_seeds": [rng.randrange(2**31) for _ in range(correctness_trials)],
         "timing_seed": rng.randrange(2**31), "timing": timing, "timing_trials": timing_trials,
         "warmup": warmup, "flush_bytes": flush_bytes, "atol": atol, "rtol": rtol,
-        "timeout_s": timeout_s, "stage_timeouts": stage_timeouts or {}, "hack_checks": hack_checks,
+        "timeout_s": timeout_s + (STAGE_TIMEOUTS["ncu"] if profile == "ncu" else 0.0),
+        "stage_timeouts": stage_timeouts or {}, "hack_checks": hack_checks,
         "profile": profile,
         "env": {"TRITON_CACHE_DIR": str(cache_dir() / "triton")},
     }

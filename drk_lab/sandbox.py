@@ -34,7 +34,8 @@ from collections.abc import Callable
 from drk_lab.gpulock import LIFECYCLE_LOCK
 from drk_lab.timing import cache_dir
 
-STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "compile_reference": 900.0}
+STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "ncu": 300.0,
+                  "compile_reference": 900.0}
 MAX_LOCK_WAIT_S = 1800.0  # waiting for the GPU's timing lock does not count against timeout_s
 OUTPUT_KEEP = 8192  # bytes kept from the start and from the end of what the candidate prints
 FATAL_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}

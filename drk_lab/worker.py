@@ -270,13 +270,36 @@ class Worker:
             with torch.no_grad():
                 prof = profiler.profile_forward(model, inputs, kernel_names, hold_gpu=self.lock.shared)
             result["coverage"], result["kernels"] = prof.get("coverage"), prof.get("kernels") or []
-            result["bottleneck"] = profiler.bottleneck_summary(result["kernels"], result["coverage"], fraction,
-                                                               stats["median_ms"])
             self.end_stage()
+            ncu = self.ncu_metrics(kernel_names, result) if self.profiling == "ncu" else None
+            result["bottleneck"] = profiler.bottleneck_summary(result["kernels"], result["coverage"], fraction,
+                                                               stats["median_ms"], ncu=ncu)
         if self.checks and (fraction or 0.0) > IMPOSSIBLE_FRACTION:
             self.flag(result, [("impossible_speedup", f"{fraction:.1f}x the measured copy bandwidth for the bytes "
                                 f"its inputs and outputs hold ({stats['median_ms']:.4f} ms)")])
         return stats
+
+    def ncu_metrics(self, kernel_names: set[str], result: dict) -> dict:
+        """Nsight Compute's DRAM throughput and occupancy per candidate kernel, added to its row of
+        the kernel table; ncu replays kernels, so it holds the GPU alone."""
+        from drk_lab.profiler import candidate_matcher
+        from drk_lab.profiler_ncu import ncu_metrics
+        from drk_lab.sandbox import stage_limit
+
+        self.stage("wait_lock")
+        with self.lock.exclusive():
+            self.end_stage()
+            self.stage("ncu")
+            ncu = ncu_metrics(".", kernel_names, seed=self.job["timing_seed"],
+                              timeout_s=stage_limit("ncu", self.job.get("stage_timeouts", {})) - 10)
+            self.end_stage()
+        matcher, measured = candidate_matcher(kernel_names), ncu["kernels"] or {}
+        for row in result["kernels"]:
+            own = row["candidate"] and matcher.match(row["name"])
+            row.update(measured.get(own.group("name"), {}) if own else {})
+        if ncu["reason"]:
+            result.setdefault("notes", []).append(f"no Nsight Compute metrics: {ncu['reason']}")
+        return ncu
 
     # ---- hack checks ---------------------------------------------------------------------------
     def launches(self, disabled: bool = False):

@@ -1,5 +1,7 @@
 """The CUDA path: timing, baselines, CUDA errors and OOM. Skipped without a GPU."""
 
+import shutil
+
 import pytest
 
 import drk_lab as drk
@@ -43,3 +45,15 @@ def test_hang_inside_a_kernel_times_out(relu, relu_solution):
     result = drk.evaluate(relu, spin, timeout_s=20)
     assert result.error_kind == "timeout"
     assert drk.evaluate(relu, relu_solution, timing_trials=10).ok
+
+
+def test_ncu_metrics_join_the_kernel_table(relu, relu_solution):
+    r = drk.evaluate(relu, relu_solution, timing_trials=10, profile="ncu")
+    assert r.ok, r.error
+    own = [row for row in r.kernels if row["candidate"]]
+    assert own, r.kernels
+    if shutil.which("ncu") is None:
+        assert any("ncu" in note for note in r.notes)
+        pytest.skip("ncu is not on PATH")
+    assert not r.notes, r.notes
+    assert 0 < own[0]["dram_throughput_pct"] <= 100 and 0 < own[0]["achieved_occupancy_pct"] <= 100
