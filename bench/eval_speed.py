@@ -22,6 +22,7 @@ import torch
 import drk_lab as drk
 from drk_lab.profiler import copy_bandwidth  # measured once per device, cached
 from drk_lab.profiler import io_bytes as forward_bytes  # the same count as the harness's bandwidth figure
+from drk_lab.sandbox import default_worker_uses
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -108,34 +109,36 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
             "lifecycle_lock": os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1",
+            "worker_uses": default_worker_uses() if isolation == "fork" else 1,
+            "on_reused_workers": sum(r.worker_job > 1 for r in results),
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
             "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds)}
 
 
-def phase_throughput(isolations=("fork", "spawn"), profile: bool = True):
-    """Many candidates in flight: the fork server against a fresh Python per evaluation."""
+def phase_throughput(isolations=("fork", "spawn"), profile: bool = True, name: str = "throughput", rounds: int = 2):
+    """Many candidates in flight (each built-in level-1/2 task `rounds` times, every one a new
+    kernel): the fork server against a fresh Python per evaluation."""
     ts = tasks((1, 2))
     rows = []
     for isolation in isolations:
-        pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for t in ts]
+        pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for _ in range(rounds) for t in ts]
         rows.append(throughput(isolation, pairs, profile))
         print(rows[-1], flush=True)
     if len(rows) == 2:
         rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
         print(rows[-1])
     lifecycle = "" if os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1" else "_no_lifecycle_lock"
-    save(("throughput" if len(rows) > 1 else f"throughput_{isolations[0]}") + lifecycle + ("" if profile else "_no_profile"),
-         rows)
+    save(name + lifecycle, rows)
 
 
 def phase_throughput_no_profile():
     """As phase_throughput with profile=False (hack checks still on): workers skip the profiler's start-up."""
-    phase_throughput(profile=False)
+    phase_throughput(profile=False, name="throughput_no_profile")
 
 
 def phase_throughput_fork():
-    """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0)."""
-    phase_throughput(("fork",))
+    """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0 or DRK_WORKER_USES=1)."""
+    phase_throughput(("fork",), name=f"throughput_fork_uses{default_worker_uses()}")
 
 
 def cv(values):

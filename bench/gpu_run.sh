@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call on the H200: GPU tests and benchmark phases, logs and the baseline cache under $OUT.
-#   bench/gpu_run.sh tests latency:100 throughput:150 stability:200 hacks:recall hacks:false_positives overhead
+#   bench/gpu_run.sh tests latency:100 throughput:150 fresh:120 stability:200 hacks:recall hacks:false_positives overhead
 # A step NAME:SECONDS runs bench/eval_speed.py NAME with that time limit. Carry .cache/baselines and
 # .cache/copy_bandwidth.json (from a previous $OUT/baselines.tgz) to skip recomputing the baselines.
 export PYTHONPATH=$PWD DRK_CACHE_DIR=$PWD/.cache
@@ -11,6 +11,7 @@ for step in "$@"; do
     tests) timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider > $OUT/gpu_tests.txt 2>&1 ;;
     unlocked:*) DRK_LIFECYCLE_LOCK=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of the lifecycle lock
     warm16) DRK_WARM_WORKERS=16 timeout 90 python bench/eval_speed.py throughput_fork ;;
+    fresh:*) DRK_WORKER_USES=1 timeout ${step#*:} python bench/eval_speed.py throughput_fork ;;  # no worker reuse
     profcost) timeout 200 python bench/profiler_cost.py ;;
     ncu) timeout 240 python bench/ncu_check.py ;;
     overhead) DRK_BENCH_REPEATS=1 timeout 150 python bench/hack_recall.py overhead ;;

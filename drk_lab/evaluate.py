@@ -56,7 +56,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     info = sandbox.start()
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
     job = {
-        "mode": "candidate", "task_source": task.source, "code": code,
+        "mode": "candidate", "task_name": task.name, "task_source": task.source, "code": code,
         "correctness_trials": correctness_trials, "seed": rng.randrange(2**31),
         "trial_seeds": [rng.randrange(2**31) for _ in range(correctness_trials)],
         "timing_seed": rng.randrange(2**31), "timing": timing, "timing_trials": timing_trials,

@@ -55,6 +55,8 @@ class EvalResult:
     max_abs_error: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     eval_seconds: float | None = None
+    worker_pid: int | None = None  # the worker process that ran it
+    worker_job: int = 0  # which job of that worker: 1 is a fresh worker, more is a reused one (reuse.py)
     stdout: str = ""  # bounded head and tail of what the candidate printed
     notes: list[str] = field(default_factory=list)  # checks that were skipped, and why
 

@@ -3,15 +3,18 @@
 Process tree for one evaluation in the default "fork" isolation:
 
     caller (your notebook) --unix socket--> zygote (torch + triton imported, CUDA untouched)
-        zygote --fork--> supervisor (one per evaluation, a child subreaper)
+        zygote --fork--> supervisor (a child subreaper, serving one worker)
             supervisor --fork--> worker (own session; runs the candidate; killed as a group)
 
-A fresh worker per evaluation keeps evaluations apart (no shared CUDA context, allocator,
-monkeypatch, thread or global flag), and forking a preloaded zygote makes that cheap. The
-zygote keeps a few supervisor + worker pairs forked ahead of demand, each worker with CUDA
-already started, waiting for a job: a new evaluation starts without paying for CUDA's
-start-up. Each pair still serves exactly one evaluation. The "spawn" isolation starts a
-fresh Python for every worker instead: the simple design that the benchmark compares against.
+Workers are forked from a preloaded zygote and warmed up (CUDA, cuBLAS, the profiler, Triton's
+launch path) before a job arrives; the zygote keeps a few ready. A worker may serve up to
+DRK_WORKER_USES evaluations (default 32), but only while nothing distinguishes it from a fresh
+one: after a clean result (correct, or an ordinary failure such as a mismatch; never a hack, a
+crash, a timeout or a CUDA error) it forgets the job and compares its whole state with how it
+was before its first job (reuse.py); any difference and it retires. So no evaluation can see a
+monkeypatch, flag, thread, CUDA error or allocation left by another. DRK_WORKER_USES=1 gives
+every evaluation a fresh worker. The "spawn" isolation starts a fresh Python for every worker
+instead: the simple design that the benchmark compares against.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def default_warm_workers(device: str) -> int:
     if os.environ.get("DRK_WARM_WORKERS"):
         return int(os.environ["DRK_WARM_WORKERS"])
     return 2 if device == "cpu" else min(8, max(2, (os.cpu_count() or 4) // 2))
+
+
+def default_worker_uses() -> int:
+    """Evaluations one warm worker may serve, each after checking itself clean (reuse.py); 1
+    gives every evaluation a fresh worker."""
+    return int(os.environ.get("DRK_WORKER_USES", "32"))
 
 
 def default_host_memory_bytes() -> int:
@@ -120,6 +129,12 @@ def kill_tree(pgid: int, reaper: bool) -> None:
                 pass
 
 
+def leftover_processes(pid: int, reaper: bool) -> bool:
+    """Whether the worker left processes: descendants of its own, or orphans adopted by us."""
+    parent_of, me = parents(), os.getpid()
+    return any(parent == pid or (reaper and parent == me and child != pid) for child, parent in parent_of.items())
+
+
 def stage_limit(stage: str, timeouts: dict) -> float | None:
     if stage == "wait_lock":
         return None
@@ -128,14 +143,16 @@ def stage_limit(stage: str, timeouts: dict) -> float | None:
 
 
 def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
-              ack_w: int | None = None) -> tuple[dict, Callable[[], None]]:
+              ack_w: int | None = None, keep: bool = False) -> tuple[dict, Callable[[], bool]]:
     """Watch one worker until it reports or fails: (its result or a classified failure, finish).
 
     The worker is killed before this returns; finish() waits until it is gone, holding a shared
     GPU lock when the worker was stopped mid-work (its kernels may still be running) or with
     LIFECYCLE_LOCK; with it the worker reports its result holding a shared GPU lock and waits for
     an acknowledgement on ack_w; the supervisor joins the lock first and keeps it until the
-    worker has gone, while the caller already has the result."""
+    worker has gone, while the caller already has the result. With keep, a worker that reported
+    a result is not killed: finish() waits for its verdict on reuse (reuse.py) and kills it only
+    if it refuses."""
     timeouts = {**STAGE_TIMEOUTS, **job.get("stage_timeouts", {})}
     total_limit, memory_limit = job["timeout_s"], job["host_memory_bytes"]
     output, status_buf = OutputTail(), b""
@@ -181,7 +198,7 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
                         continue
                     if "result" in message:
                         result = message["result"]
-                        if LIFECYCLE_LOCK:
+                        if LIFECYCLE_LOCK and job["device"] != "cpu":  # the worker waits for this ack
                             exit_guard = join_gpu_lock(job)
                             send_ack(ack_w)
                         break
@@ -194,9 +211,12 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
     while out_r in open_fds and select.select([out_r], [], [], 0)[0]:  # what it printed before reporting
         data = os.read(out_r, 65536)
         output.add(data) if data else open_fds.discard(out_r)
-    kill_tree(pid, reaper)
-    for fd in (status_r, out_r):
-        os.close(fd)
+    reusable = keep and failure is None and result is not None and not leftover_processes(pid, reaper)
+
+    def stop_worker() -> None:
+        kill_tree(pid, reaper)
+        for fd in (status_r, out_r):
+            os.close(fd)
 
     def wait_for_worker() -> int:
         try:
@@ -204,14 +224,22 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
         except ChildProcessError:
             return 0
 
-    def finish() -> None:
+    def finish() -> bool:
+        """True when the worker stays, checked clean, for another job."""
         guard = exit_guard
         if failure and guard is None:  # a killed worker's kernels may run until its context is gone
             guard = join_gpu_lock(job)
-        wait_for_worker()
+        kept = reusable and reuse_verdict(status_r, out_r, status_buf)
+        if reusable and not kept:
+            stop_worker()
+        if not kept:
+            wait_for_worker()
         if guard is not None:
             guard.release()
+        return kept
 
+    if not reusable:
+        stop_worker()
     if failure:
         kind, message = failure
         result = {"error_kind": kind, "error": message}
@@ -230,6 +258,29 @@ def join_gpu_lock(job: dict):
     lock = GpuLock(job["lock_dir"], gpu_index(job["device"]))
     lock.acquire(exclusive=False, queue=False)
     return lock
+
+
+def reuse_verdict(status_r: int, out_r: int, pending: bytes, limit_s: float = 60.0) -> bool:
+    """Wait for the worker's {"reuse": ...} line (it checks itself after reporting); what it
+    prints meanwhile is dropped. False if it dies, says no, or takes longer than limit_s."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if "reuse" in message:
+                return message["reuse"] is True
+        ready, _, _ = select.select([status_r, out_r], [], [], 0.5)
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if fd == status_r:
+                if not data:
+                    return False
+                pending += data
+    return False
 
 
 def send_ack(ack_w: int | None) -> None:
@@ -286,13 +337,14 @@ def enter_worker(out_w: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def run_job(job: dict, status_w: int, ack_r: int | None) -> None:
+def run_job(job: dict, status_w: int, ack_r: int | None, world=None) -> bool:
+    """Run one job in this worker; True when it may take another (see worker.main)."""
     os.chdir(job["workdir"])
     sys.path.insert(0, job["workdir"])
     os.environ.update(job.get("env", {}))
     from drk_lab import worker
 
-    worker.main(job, status_w, ack_r)
+    return worker.main(job, status_w, ack_r, world)
 
 
 def read_line(fd: int) -> bytes:
@@ -354,7 +406,9 @@ def gpu_name() -> str:
 
 # ---- the zygote ------------------------------------------------------------------------------
 
-def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: bool = True) -> None:
+def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: bool = True, uses: int = 1) -> None:
+    """The zygote: keeps `warm` supervisor + worker pairs waiting for a job (at most 2 x warm
+    pairs alive); a pair serves up to `uses` jobs, while its worker checks itself clean."""
     import torch  # noqa: F401  preloaded for every worker forked from here
     import triton  # noqa: F401
     import triton.language  # noqa: F401
@@ -368,24 +422,31 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(256)
-    taken_r, taken_w = os.pipe()  # an idle supervisor that accepts a job writes its pid here
+    news_r, news_w = os.pipe()  # pairs write "taken PID" when they accept a job, "free PID" when done
     idle: set[int] = set()
+    alive: set[int] = set()
     hello = {"ready": True, "pid": os.getpid(), "versions": worker.versions(),
              "device_name": gpu_name() if device != "cpu" else "cpu"}
     sys.stdout.write(json.dumps(hello) + "\n")
     sys.stdout.flush()
+    pending = b""
     while True:
-        while len(idle) < warm:
-            idle.add(fork_supervisor(listener, taken_r, taken_w, device, lock_dir, profiler))
-        ready, _, _ = select.select([taken_r, sys.stdin], [], [], 1.0)
+        while len(idle) < warm and len(alive) < 2 * warm:
+            pid = fork_supervisor(listener, news_r, news_w, device, lock_dir, profiler, uses)
+            idle.add(pid)
+            alive.add(pid)
+        ready, _, _ = select.select([news_r, sys.stdin], [], [], 1.0)
         if sys.stdin in ready and not sys.stdin.buffer.read1(1):
-            for pid in idle:  # the caller went away
+            for pid in alive:  # the caller went away
                 os.kill(pid, signal.SIGKILL)
             os._exit(0)
-        if taken_r in ready:
-            for pid in os.read(taken_r, 65536).split():
-                idle.discard(int(pid))
-        while True:  # reap supervisors that finished, and idle ones that died
+        if news_r in ready:
+            pending += os.read(news_r, 65536)
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                what, pid = line.split()
+                (idle.discard if what == b"taken" else idle.add)(int(pid))
+        while True:  # reap pairs that finished, and idle ones that died
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -393,16 +454,17 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
             if pid == 0:
                 break
             idle.discard(pid)
+            alive.discard(pid)
 
 
-def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device: str, lock_dir: str,
-                    profiler: bool = True) -> int:
+def fork_supervisor(listener: socket.socket, news_r: int, news_w: int, device: str, lock_dir: str,
+                    profiler: bool = True, uses: int = 1) -> int:
     """Fork a supervisor with its worker; the worker warms up while the supervisor waits for a job."""
     pid = os.fork()
     if pid:
         return pid
     try:
-        os.close(taken_r)
+        os.close(news_r)
         set_parent_death_signal()
         os.setpgid(0, 0)
         set_subreaper()
@@ -413,7 +475,7 @@ def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device:
         if worker_pid == 0:
             try:
                 listener.close()
-                for fd in (status_r, out_r, job_w, taken_w):
+                for fd in (status_r, out_r, job_w, news_w):
                     os.close(fd)
                 set_parent_death_signal()
                 enter_worker(out_w)
@@ -421,42 +483,55 @@ def fork_supervisor(listener: socket.socket, taken_r: int, taken_w: int, device:
                     from drk_lab.warm import warm_up
 
                     warm_up(device, lock_dir, gpu_index(device), profiler)
-                line = read_line(job_r)
-                if line:
-                    run_job(json.loads(line), status_w, job_r)
+                world = None
+                if uses > 1:
+                    import torch
+
+                    from drk_lab.reuse import WorldState
+
+                    world = WorldState(torch.device(device))
+                while True:
+                    line = read_line(job_r)
+                    if not line or not run_job(json.loads(line), status_w, job_r, world):
+                        break
             finally:
                 os._exit(70)
         for fd in (status_w, out_w, job_r):
             os.close(fd)
-        conn, _ = listener.accept()
-        listener.close()
-        os.write(taken_w, f"{os.getpid()}\n".encode())
-        os.close(taken_w)
-        serve_one(conn, worker_pid, status_r, out_r, job_w)
+        for use in range(uses):
+            conn, _ = listener.accept()
+            os.write(news_w, f"taken {os.getpid()}\n".encode())
+            if not serve_one(conn, worker_pid, status_r, out_r, job_w, use + 1, keep=use + 1 < uses):
+                break
+            os.write(news_w, f"free {os.getpid()}\n".encode())
     finally:
         os._exit(0)
 
 
-def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, job_w: int) -> None:
-    """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer."""
-    stream = conn.makefile("rwb")
-    job = json.loads(stream.readline())
-    job["workdir"] = prepare_workdir(job)
-    finish = None
-    try:
+def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, job_w: int, use: int = 1,
+              keep: bool = False) -> bool:
+    """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer.
+    True when the worker stays for another job."""
+    with conn:
+        stream = conn.makefile("rwb")
+        job = json.loads(stream.readline())
+        job["workdir"] = prepare_workdir(job)
+        finish = None
         try:
-            os.write(job_w, (json.dumps(job) + "\n").encode())
-        except OSError:
-            pass  # the worker died warming up: supervise() classifies its death
-        result, finish = supervise(job, worker_pid, status_r, out_r, reaper=True, ack_w=job_w)
-    except BaseException as e:
-        result = {"error_kind": "harness", "error": f"supervisor: {type(e).__name__}: {e}"}
-    finally:
-        shutil.rmtree(job["workdir"], ignore_errors=True)
-    stream.write((json.dumps(result) + "\n").encode())
-    stream.flush()
-    if finish is not None:
-        finish()  # the caller has its answer; the worker's exit happens off its clock
+            try:
+                os.write(job_w, (json.dumps(job) + "\n").encode())
+            except OSError:
+                pass  # the worker died warming up: supervise() classifies its death
+            result, finish = supervise(job, worker_pid, status_r, out_r, reaper=True, ack_w=job_w, keep=keep)
+            result.update(worker_pid=worker_pid, worker_job=use)
+        except BaseException as e:
+            result = {"error_kind": "harness", "error": f"supervisor: {type(e).__name__}: {e}"}
+        finally:
+            shutil.rmtree(job["workdir"], ignore_errors=True)
+        stream.write((json.dumps(result) + "\n").encode())
+        stream.flush()
+        stream.close()
+    return finish is not None and finish()  # the caller has its answer; the worker's exit or check is off its clock
 
 
 def set_parent_death_signal() -> None:
@@ -472,11 +547,12 @@ class Sandbox:
     """Runs jobs in isolated workers; thread-safe; restarts its zygote if it dies."""
 
     def __init__(self, device: str = "cpu", isolation: str = "fork", warm_workers: int | None = None,
-                 profiler: bool = True):
+                 profiler: bool = True, worker_uses: int | None = None):
         if isolation not in ("fork", "spawn"):
             raise ValueError("isolation must be 'fork' or 'spawn'")
         self.device, self.isolation, self.profiler = device, isolation, profiler  # profiler: warm-ups start it
         self.warm_workers = warm_workers if warm_workers is not None else default_warm_workers(device)
+        self.worker_uses = worker_uses if worker_uses is not None else default_worker_uses()
         self.zygote: subprocess.Popen | None = None
         self.info: dict = {}
         self._lock = threading.Lock()
@@ -503,7 +579,7 @@ class Sandbox:
             env = {**os.environ, **device_env(self.device), "TRITON_CACHE_DIR": str(cache_dir() / "triton")}
             self.zygote = subprocess.Popen(
                 [*ENTRY, "serve", self.device, self.socket_path, self.lock_dir, str(self.warm_workers),
-                 str(int(self.profiler))],
+                 str(int(self.profiler)), str(self.worker_uses)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
             line = self.zygote.stdout.readline()
             if not line:
@@ -565,7 +641,7 @@ def get_sandbox(device: str, isolation: str = "fork", profiler: bool = True) -> 
 
 def main(argv: list[str]) -> None:
     if argv[0] == "serve":
-        serve(argv[1], argv[2], argv[3], int(argv[4]), argv[5] == "1")
+        serve(argv[1], argv[2], argv[3], int(argv[4]), argv[5] == "1", int(argv[6]))
     elif argv[0] == "worker":  # spawn isolation: the job and then the acknowledgement on stdin
         enter_worker(None)
         run_job(json.loads(read_line(0)), int(argv[1]), 0)

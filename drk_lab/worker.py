@@ -116,7 +116,7 @@ def copy_weights(ref: torch.nn.Module, new: torch.nn.Module) -> None:
 class Worker:
     def __init__(self, job: dict, status_fd: int):
         self.job = job
-        self.status = os.fdopen(status_fd, "w", buffering=1)
+        self.status = os.fdopen(status_fd, "w", buffering=1, closefd=False)
         self.device = torch.device(job["device"])
         self.lock = GpuLock(job["lock_dir"], self.device.index or 0) if self.device.type == "cuda" else None
         if self.lock:
@@ -422,24 +422,53 @@ def versions() -> dict:
     return v
 
 
-def main(job: dict, status_fd: int, ack_fd: int | None = None) -> None:
-    """Entry point inside the worker process (forked or spawned); never returns normally.
+def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bool:
+    """Entry point inside the worker process (forked or spawned). Without `world` (a
+    reuse.WorldState) it never returns; with one it returns True when the worker may take another
+    job, after reporting {"reuse": true}; otherwise it reports why not and exits.
 
     With LIFECYCLE_LOCK on CUDA the result is reported under a shared GPU lock, held until the
-    supervisor has joined it (a line on ack_fd): this process's CUDA context then goes away
-    outside anyone's timing."""
+    supervisor has joined it (a line on ack_fd): this process's CUDA context then goes away (or
+    is checked for reuse) outside anyone's timing."""
     worker = Worker(job, status_fd)
+    hold = worker.lock is not None and ack_fd is not None and LIFECYCLE_LOCK
+    reuse = False
     try:
         result = worker.run()
-        if worker.lock and ack_fd is not None and LIFECYCLE_LOCK:
+        if hold:
             worker.lock.acquire(exclusive=False)
         sys.stdout.flush()
         sys.stderr.flush()
         worker.report(result=result)
         worker.status.flush()
-        if worker.lock and ack_fd is not None and LIFECYCLE_LOCK:
+        if hold:
             select.select([ack_fd], [], [], 10.0)
+        if world is not None:
+            why = reuse_refusal(job, result)
+            del worker.candidate_module, worker.snapshot, result
+            if not why:
+                world.forget_job(job["workdir"])
+                why = world.differences()
+            worker.report(reuse=not why, why=why[:5])
+            if os.environ.get("DRK_REUSE_LOG"):  # a JSONL file: why workers retire, for studying the harness
+                with open(os.environ["DRK_REUSE_LOG"], "a") as f:
+                    f.write(json.dumps({"pid": os.getpid(), "task": job.get("task_name"), "why": why[:20]}) + "\n")
+            worker.status.flush()
+            reuse = not why
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)  # skip interpreter teardown: the candidate may have left threads or atexit hooks
+        if not reuse:
+            os._exit(0)  # skip interpreter teardown: the candidate may have left threads or atexit hooks
+    worker.lock and worker.lock.release()
+    return True
+
+
+def reuse_refusal(job: dict, result: dict) -> list[str]:
+    from drk_lab.reuse import REUSABLE_OUTCOMES
+
+    if job["mode"] != "candidate":
+        return ["a baseline job compiles with torch.compile, which changes too much"]
+    if result.get("hacked") or result.get("error_kind") not in REUSABLE_OUTCOMES:
+        return [f"the evaluation ended {result.get('error_kind') or 'hacked'}"]
+    return []

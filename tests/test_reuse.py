@@ -1,0 +1,136 @@
+"""Reused warm workers: what a worker checks before another job (in this process), and that the
+sandbox retires a worker after anything it cannot vouch for (real workers, the Triton interpreter)."""
+
+import os
+import threading
+
+import pytest
+import torch
+
+import drk_lab as drk
+from drk_lab import sandbox
+from drk_lab.reuse import WorldState
+
+
+def take_world() -> WorldState:
+    """Taken inside the test: pytest changes PYTEST_CURRENT_TEST between a fixture and the test."""
+    state = WorldState(torch.device("cpu"))
+    assert state.differences() == []
+    return state
+
+
+def test_a_replaced_function_is_seen():
+    world = take_world()
+    original = torch.nn.functional.relu
+    torch.nn.functional.relu = lambda x: x
+    try:
+        assert world.differences() == ["torch.nn.functional.relu was replaced"]
+    finally:
+        torch.nn.functional.relu = original
+    assert world.differences() == []
+
+
+def test_a_method_added_to_a_class_is_seen():
+    world = take_world()
+    torch.nn.Linear.__torch_function__ = classmethod(lambda cls, *a, **k: None)
+    try:
+        assert "torch.nn.modules.linear.Linear.__torch_function__ was added" in world.differences()
+    finally:
+        del torch.nn.Linear.__torch_function__
+    assert world.differences() == []
+
+
+@pytest.mark.parametrize("change, undo, expected", [
+    (lambda: torch.set_grad_enabled(False), lambda: torch.set_grad_enabled(True), "grad enabled changed"),
+    (lambda: torch.set_num_threads(torch.get_num_threads() + 1),
+     lambda: torch.set_num_threads(torch.get_num_threads() - 1), "torch threads changed"),
+    (lambda: torch.backends.cudnn.__setattr__("benchmark", not torch.backends.cudnn.benchmark),
+     lambda: torch.backends.cudnn.__setattr__("benchmark", not torch.backends.cudnn.benchmark),
+     "torch.backends.cudnn.benchmark changed"),
+    (lambda: os.environ.__setitem__("DRK_TEST_LEAK", "1"), lambda: os.environ.pop("DRK_TEST_LEAK"), "environment changed"),
+])
+def test_process_settings_are_seen(change, undo, expected):
+    world = take_world()
+    change()
+    try:
+        assert expected in world.differences()
+    finally:
+        undo()
+    assert world.differences() == []
+
+
+def test_threads_and_open_files_are_seen():
+    world = take_world()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        assert {"python threads changed", "open files changed"} <= set(world.differences())
+    finally:
+        stop.set()
+        thread.join()
+        os.close(fd)
+    assert world.differences() == []
+
+
+def test_forget_job_drops_the_jobs_modules_and_folder(tmp_path):
+    world = take_world()
+    (tmp_path / "candidate_probe.py").write_text("X = 1\n")
+    os.chdir(tmp_path)
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    import candidate_probe  # noqa: F401
+
+    assert "candidate_probe" in sys.modules
+    world.forget_job(str(tmp_path))
+    assert "candidate_probe" not in sys.modules and str(tmp_path) not in sys.path
+    assert os.getcwd() == world.cwd
+    assert world.differences() == []
+
+
+@pytest.fixture
+def reusing_sandbox(monkeypatch):
+    """A sandbox of its own: one warm pair (so at most two alive), each worker up to 3 jobs."""
+    monkeypatch.setattr(sandbox, "_sandboxes", {})
+    monkeypatch.setenv("DRK_WARM_WORKERS", "1")
+    monkeypatch.setenv("DRK_WORKER_USES", "3")
+    yield
+    for box in sandbox._sandboxes.values():
+        box.close()
+
+
+def honest_runs(relu_small, relu_solution, n=4):
+    results = [drk.evaluate(relu_small, relu_solution, device="cpu", correctness_trials=1) for _ in range(n)]
+    assert all(r.ok for r in results), [r.error for r in results]
+    return results
+
+
+def test_workers_are_reused_up_to_their_limit(reusing_sandbox, relu_small, relu_solution):
+    results = honest_runs(relu_small, relu_solution, n=7)
+    assert len({r.worker_pid for r in results}) < len(results)  # reused
+    assert max(r.worker_job for r in results) >= 2
+    jobs_per_worker = {}
+    for r in results:
+        jobs_per_worker[r.worker_pid] = jobs_per_worker.get(r.worker_pid, 0) + 1
+        assert r.worker_job == jobs_per_worker[r.worker_pid]  # counted from 1 in a fresh worker
+    assert max(jobs_per_worker.values()) <= 3
+
+
+@pytest.mark.parametrize("name, change, hack_checks, expect", [
+    ("leaky", "torch.set_num_threads(1)\n", True, None),  # not a hack, but the next job would inherit it
+    ("patcher", "torch.relu = lambda x: x * 0\n", False, None),  # unflagged with checks off: the world check still sees it
+    ("hacked", "torch.relu = lambda x: x * 0\n", True, "hacked"),
+    ("crash", "import os\nos._exit(3)\n", False, "exit"),
+])
+def test_a_worker_that_cannot_be_vouched_for_retires(reusing_sandbox, relu_small, relu_solution,
+                                                    name, change, hack_checks, expect):
+    honest_runs(relu_small, relu_solution, n=2)
+    code = relu_solution.replace("class ModelNew", change + "\n\nclass ModelNew")
+    if "torch.relu" in change:  # the reference then agrees with a kernel that writes zeros
+        code = code.replace("tl.where(x > 0, x, 0.0)", "x * 0.0")
+    bad = drk.evaluate(relu_small, code, device="cpu", correctness_trials=1, hack_checks=hack_checks)
+    assert bad.error_kind == expect, bad.error
+    after = honest_runs(relu_small, relu_solution, n=4)
+    assert bad.worker_pid not in {r.worker_pid for r in after}
