@@ -13,6 +13,8 @@ for step in "$@"; do
     warm16) DRK_WARM_WORKERS=16 timeout 90 python bench/eval_speed.py throughput_fork ;;
     fresh:*) DRK_WORKER_USES=1 timeout ${step#*:} python bench/eval_speed.py throughput_fork ;;  # no worker reuse
     profcost) timeout 200 python bench/profiler_cost.py ;;
+    rl:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/rl_run.py --random-hidden 1024 --random-layers 8 \
+            --force-solutions --steps 3 --log-dir /tmp/rl_log ;;  # needs trl and datasets: see BENCHMARKS.md
     ncu) timeout 240 python bench/ncu_check.py ;;
     overhead) DRK_BENCH_REPEATS=1 timeout 150 python bench/hack_recall.py overhead ;;
     hacks:*) timeout ${T:-200} python bench/hack_recall.py ${step#hacks:} ;;

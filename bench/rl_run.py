@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,13 +88,15 @@ def main() -> None:
     p.add_argument("--tasks", default="", help="comma-separated task names (default: all level-1 with a solution)")
     p.add_argument("--timing-trials", type=int, default=20)
     p.add_argument("--correctness-trials", type=int, default=3)
+    p.add_argument("--log-dir", default=str(OUT / "rl_log"), help="metrics JSONL/CSV and each step's trajectories")
     args = p.parse_args()
 
     cuda = torch.cuda.is_available()
     OUT.mkdir(parents=True, exist_ok=True)
     model = args.model
     if model is None and args.random_hidden:
-        model = str(random_model(OUT / "random_model", args.random_hidden, args.random_layers))
+        folder = Path(tempfile.gettempdir()) / f"drk_random_qwen3_{args.random_hidden}x{args.random_layers}"
+        model = str(random_model(folder, args.random_hidden, args.random_layers))
     elif model is None:
         from drk_lab.tiny_model import make_tiny_model
 
@@ -115,7 +118,7 @@ def main() -> None:
         micro_batch_size=args.micro_batch_size, lr=args.lr, model_dtype=args.dtype if cuda else None,
         lora={"r": args.lora, "lora_alpha": 2 * args.lora, "target_modules": "all-linear"} if args.lora else None,
         gradient_checkpointing=args.gradient_checkpointing, eval_kwargs=eval_kwargs,
-        chat_template_kwargs={"enable_thinking": False}, log_dir=str(OUT / "rl_log"),
+        chat_template_kwargs={"enable_thinking": False}, log_dir=args.log_dir,
         force_responses=force if args.force_solutions else None)
     setup_s = time.perf_counter() - started
     rows = trainer.train(args.steps)

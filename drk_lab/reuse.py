@@ -16,6 +16,7 @@ import gc
 import os
 import signal
 import sys
+import tempfile
 import threading
 
 import torch
@@ -78,12 +79,26 @@ def process_settings() -> dict:
         "umask": _umask(),
         "stdio": (id(sys.stdout), id(sys.stderr), id(sys.stdin)),
         "python threads": sorted(t.ident for t in threading.enumerate()),
-        "open files": sorted(os.listdir("/proc/self/fd")),
+        "open files": open_files(),
         "native libraries": mapped_libraries(),
     })
     if hasattr(torch, "get_default_device"):
         settings["default device"] = str(torch.get_default_device())
     return settings
+
+
+def open_files() -> dict[str, str]:
+    """fd -> what it points to, leaving out the GPU lock (a worker holds it while it checks
+    itself) and the NVIDIA driver's device files (CUDA opens more of them as it goes)."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the descriptor listdir itself used
+        if not (target.startswith("/dev/nvidia") or "drk_gpu_locks" in target):
+            found[fd] = target
+    return found
 
 
 def _umask() -> int:
@@ -121,6 +136,10 @@ class WorldState:
 
     def __init__(self, device: torch.device):
         self.device = device
+        tempfile.gettempdir()  # sets tempfile's lazily initialised globals now, not during a job
+        tempfile._get_candidate_names()
+        if device.type == "cuda":
+            release_cuda_caches(device)
         self.modules = set(sys.modules)
         self.cwd = os.getcwd()
         self.environment = dict(os.environ)
@@ -150,14 +169,16 @@ class WorldState:
                 delattr(sys, name)
         gc.collect()
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
+            release_cuda_caches(self.device)
 
     def differences(self) -> list[str]:
         """What is not as it was; empty when the worker may take another job."""
         found = []
         settings = process_settings()
         found += [f"{key} changed" for key, value in self.settings.items() if settings.get(key) != value]
+        opened = sorted(set(settings["open files"].items()) - set(self.settings["open files"].items()))
+        if opened:
+            found.append("opened " + ", ".join(target for _, target in opened[:3]))
         values = attribute_values()
         if INTERPRETER:
             values = {k: v for k, v in values.items() if not k[0].startswith("triton.language")}
@@ -184,8 +205,9 @@ class WorldState:
         try:
             if torch.cuda.current_stream(self.device) != torch.cuda.default_stream(self.device):
                 found.append("the current stream is not the default stream")
-            if torch.cuda.memory_allocated(self.device) != self.cuda_allocated:
-                found.append("CUDA memory is still allocated")
+            if torch.cuda.memory_allocated(self.device) > self.cuda_allocated:
+                found.append(f"{torch.cuda.memory_allocated(self.device) - self.cuda_allocated} bytes of CUDA memory "
+                             "are still allocated")
             x = torch.arange(1024, device=self.device, dtype=torch.float32)
             if float((x * 2).sum()) != 1023.0 * 1024:
                 found.append("a test kernel gave a wrong answer")
@@ -193,6 +215,15 @@ class WorldState:
         except Exception as e:  # a sticky CUDA error, or anything else: retire
             found.append(f"CUDA check failed: {type(e).__name__}: {e}")
         return found
+
+
+def release_cuda_caches(device: torch.device) -> None:
+    """cuBLAS keeps a workspace per handle and stream from the caching allocator: freed here, so
+    that memory still allocated after a job is the job's."""
+    torch.cuda.synchronize(device)
+    if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+        torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
 
 
 def _is_harness_file(module) -> bool:
