@@ -492,7 +492,9 @@ def fork_supervisor(listener: socket.socket, news_r: int, news_w: int, device: s
                     world = WorldState(torch.device(device))
                 while True:
                     line = read_line(job_r)
-                    if not line or not run_job(json.loads(line), status_w, job_r, world):
+                    if line.strip() and not run_job(json.loads(line), status_w, job_r, world):
+                        break  # a blank line is a late acknowledgement
+                    if not line:
                         break
             finally:
                 os._exit(70)

@@ -441,8 +441,8 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
         sys.stderr.flush()
         worker.report(result=result)
         worker.status.flush()
-        if hold:
-            select.select([ack_fd], [], [], 10.0)
+        if hold and select.select([ack_fd], [], [], 10.0)[0]:
+            os.read(ack_fd, 1)  # the ack is one byte: take it, or the next job's line would start with it
         if world is not None:
             why = reuse_refusal(job, result)
             del worker.candidate_module, worker.snapshot, result
