@@ -175,10 +175,11 @@ class WorldState:
         """What is not as it was; empty when the worker may take another job."""
         found = []
         settings = process_settings()
-        found += [f"{key} changed" for key, value in self.settings.items() if settings.get(key) != value]
-        opened = sorted(set(settings["open files"].items()) - set(self.settings["open files"].items()))
-        if opened:
-            found.append("opened " + ", ".join(target for _, target in opened[:3]))
+        found += [f"{key} changed" for key, value in self.settings.items()
+                  if key != "open files" and settings.get(key) != value]
+        files = sorted(set(settings["open files"].items()) ^ set(self.settings["open files"].items()))
+        if files:
+            found.append("open files changed: " + ", ".join(f"fd {fd} {target}" for fd, target in files[:3]))
         values = attribute_values()
         if INTERPRETER:
             values = {k: v for k, v in values.items() if not k[0].startswith("triton.language")}

@@ -460,7 +460,8 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
         sys.stderr.flush()
         if not reuse:
             os._exit(0)  # skip interpreter teardown: the candidate may have left threads or atexit hooks
-    worker.lock and worker.lock.release()
+    if worker.lock:
+        worker.lock.release()
     return True
 
 

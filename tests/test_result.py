@@ -50,6 +50,8 @@ def full_result() -> EvalResult:
         max_abs_error=3.0517578125e-05,
         stage_seconds={"static": 0.001, "load": 1.5, "correctness": 2.25, "timing": 10.0},
         eval_seconds=14.0,
+        worker_pid=4242,
+        worker_job=3,
         stdout="hello\nworld\n",
         notes=["extra-shape check skipped: no other valid shape"],
     )
