@@ -490,12 +490,9 @@ def fork_supervisor(listener: socket.socket, news_r: int, news_w: int, device: s
                     from drk_lab.reuse import WorldState
 
                     world = WorldState(torch.device(device))
-                while True:
-                    line = read_line(job_r)
+                while line := read_line(job_r):
                     if line.strip() and not run_job(json.loads(line), status_w, job_r, world):
-                        break  # a blank line is a late acknowledgement
-                    if not line:
-                        break
+                        break  # (a blank line is a late acknowledgement)
             finally:
                 os._exit(70)
         for fd in (status_w, out_w, job_r):
