@@ -97,7 +97,20 @@ def phase_latency():
     save("latency", {"rows": rows, "summary": summary})
 
 
+def lock_holds(since: float, until: float) -> dict | None:
+    """bench/lock_report.py's summary of the DRK_LOCK_LOG holds asked for in [since, until]."""
+    from lock_report import report
+
+    path = os.environ.get("DRK_LOCK_LOG")
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        holds = [json.loads(line) for line in f if line.strip()]
+    return report([h for h in holds if since <= h["asked"] <= until])
+
+
 def throughput(isolation: str, pairs, profile: bool = True) -> dict:
+    since = time.time()
     start = time.perf_counter()
     results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile)
     seconds = time.perf_counter() - start
@@ -112,13 +125,14 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
             "worker_uses": default_worker_uses() if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
-            "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds)}
+            "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds),
+            "gpu_lock": lock_holds(since, time.time())}
 
 
-def phase_throughput(isolations=("fork", "spawn"), profile: bool = True, name: str = "throughput", rounds: int = 2):
-    """Many candidates in flight (each built-in level-1/2 task `rounds` times, every one a new
-    kernel): the fork server against a fresh Python per evaluation."""
-    ts = tasks((1, 2))
+def phase_throughput(isolations=("fork", "spawn"), profile: bool = True, name: str = "throughput"):
+    """Many candidates in flight (each built-in level-1/2 task DRK_BENCH_ROUNDS times, every one a
+    new kernel): the fork server against a fresh Python per evaluation."""
+    ts, rounds = tasks((1, 2)), int(os.environ.get("DRK_BENCH_ROUNDS", "2"))
     rows = []
     for isolation in isolations:
         pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for _ in range(rounds) for t in ts]

@@ -7,13 +7,17 @@ so new readers queue behind it and timing is never starved by a stream of correc
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import time
 from contextlib import contextmanager
 
 # Also hold the (shared) lock while a worker's CUDA context starts and ends. On by default: on the
 # H200 (BENCHMARKS.md) it cost no throughput, and the one run with it off had timing outliers.
 # The profiler's slow start-up never holds the lock.
 LIFECYCLE_LOCK = os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1"
+# A JSONL file: one line per hold (who, shared or exclusive, when asked, got, let go), for studying contention
+LOCK_LOG = os.environ.get("DRK_LOCK_LOG")
 
 
 class GpuLock:
@@ -22,6 +26,8 @@ class GpuLock:
         self.main_path = os.path.join(lock_dir, f"gpu{gpu}.lock")
         self.turnstile_path = os.path.join(lock_dir, f"gpu{gpu}.turnstile")
         self.held: int | None = None  # fd of the main lock while this process holds it
+        self.label = "?"  # what the holder is doing, for LOCK_LOG
+        self._hold: tuple | None = None
 
     def _open(self, path: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -29,6 +35,7 @@ class GpuLock:
     def acquire(self, exclusive: bool, queue: bool = True) -> None:
         """queue=False takes a shared lock at once while other shared holders remain (no waiting
         behind a queued writer): for joining a reader that is about to leave."""
+        asked = time.time()
         turnstile, main = self._open(self.turnstile_path), self._open(self.main_path)
         try:
             if queue:
@@ -45,11 +52,18 @@ class GpuLock:
         finally:
             os.close(turnstile)
         self.held = main
+        self._hold = (self.label, "exclusive" if exclusive else "shared", asked, time.time())
 
     def release(self) -> None:
         if self.held is not None:
             os.close(self.held)
             self.held = None
+            if LOCK_LOG:
+                label, mode, asked, got = self._hold
+                line = json.dumps({"pid": os.getpid(), "label": label, "mode": mode, "asked": asked, "got": got,
+                                   "released": time.time()})
+                with open(LOCK_LOG, "a") as f:
+                    f.write(line + "\n")
 
     @contextmanager
     def shared(self):

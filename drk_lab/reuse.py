@@ -173,10 +173,26 @@ class WorldState:
 
     def differences(self) -> list[str]:
         """What is not as it was; empty when the worker may take another job."""
+        return self.gpu_differences() + self.process_differences()
+
+    def gpu_differences(self) -> list[str]:
+        """The part of the check that must pass before the worker lets go of the GPU: nothing of the
+        job may still be running (threads, child processes) and CUDA must be as it was."""
+        found = []
+        if {t.ident for t in threading.enumerate()} != set(self.settings["python threads"]):
+            found.append("python threads changed")
+        if set(runtime_checks.child_processes()) - self.children:
+            found.append("child processes are running")
+        if self.device.type == "cuda":
+            found += self.cuda_differences()
+        return found
+
+    def process_differences(self) -> list[str]:
+        """Everything else: modules, flags, modes, hooks, signals, environment, files, libraries."""
         found = []
         settings = process_settings()
         found += [f"{key} changed" for key, value in self.settings.items()
-                  if key != "open files" and settings.get(key) != value]
+                  if key not in ("open files", "python threads") and settings.get(key) != value]
         files = sorted(set(settings["open files"].items()) ^ set(self.settings["open files"].items()))
         if files:
             found.append("open files changed: " + ", ".join(f"fd {fd} {target}" for fd, target in files[:3]))
@@ -195,10 +211,6 @@ class WorldState:
         new_modules = [m for m in set(sys.modules) - self.modules
                        if m.partition(".")[0] == "drk_lab" and not _is_harness_file(sys.modules[m])]
         found += [f"module {m} is not the harness's" for m in new_modules]
-        if set(runtime_checks.child_processes()) - self.children:
-            found.append("child processes are running")
-        if self.device.type == "cuda":
-            found += self.cuda_differences()
         return found
 
     def cuda_differences(self) -> list[str]:

@@ -229,9 +229,15 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
         guard = exit_guard
         if failure and guard is None:  # a killed worker's kernels may run until its context is gone
             guard = join_gpu_lock(job)
-        kept = reusable and reuse_verdict(status_r, out_r, status_buf)
-        if reusable and not kept:
-            stop_worker()
+        kept = False
+        if reusable:
+            kept, gpu_released = reuse_verdict(status_r, out_r, status_buf, guard)
+            if not kept:
+                if gpu_released:
+                    guard = join_gpu_lock(job)
+                stop_worker()
+            elif gpu_released:
+                guard = None
         if not kept:
             wait_for_worker()
         if guard is not None:
@@ -256,14 +262,17 @@ def join_gpu_lock(job: dict):
     from drk_lab.gpulock import GpuLock
 
     lock = GpuLock(job["lock_dir"], gpu_index(job["device"]))
+    lock.label = "supervisor"
     lock.acquire(exclusive=False, queue=False)
     return lock
 
 
-def reuse_verdict(status_r: int, out_r: int, pending: bytes, limit_s: float = 60.0) -> bool:
+def reuse_verdict(status_r: int, out_r: int, pending: bytes, guard=None, limit_s: float = 60.0) -> tuple[bool, bool]:
     """Wait for the worker's {"reuse": ...} line (it checks itself after reporting); what it
-    prints meanwhile is dropped. False if it dies, says no, or takes longer than limit_s."""
-    deadline = time.monotonic() + limit_s
+    prints meanwhile is dropped. (False, ...) if it dies, says no, or takes longer than limit_s.
+    The second value: whether `guard`, the GPU lock held for the worker, was released because the
+    worker said the GPU part of its check had passed."""
+    deadline, released = time.monotonic() + limit_s, False
     while time.monotonic() < deadline:
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
@@ -271,16 +280,19 @@ def reuse_verdict(status_r: int, out_r: int, pending: bytes, limit_s: float = 60
                 message = json.loads(line)
             except ValueError:
                 continue
+            if "gpu_released" in message and guard is not None and not released:
+                guard.release()
+                released = True
             if "reuse" in message:
-                return message["reuse"] is True
+                return message["reuse"] is True, released
         ready, _, _ = select.select([status_r, out_r], [], [], 0.5)
         for fd in ready:
             data = os.read(fd, 65536)
             if fd == status_r:
                 if not data:
-                    return False
+                    return False, released
                 pending += data
-    return False
+    return False, released
 
 
 def send_ack(ack_w: int | None) -> None:

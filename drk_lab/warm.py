@@ -25,6 +25,7 @@ def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None
     workers that will profile, the profiler (4-5 s of CPU, no lock), then run one of each kind of
     kernel (profiled) under a shared GPU lock."""
     lock = GpuLock(lock_dir, gpu)
+    lock.label = "warm_up"
     with lock.shared() if LIFECYCLE_LOCK else nullcontext():
         torch.empty(1, device=device)
         torch.cuda.current_blas_handle()

@@ -133,6 +133,8 @@ class Worker:
     def stage(self, name: str) -> None:
         self.report(stage=name)
         self._stage, self._t0 = name, time.perf_counter()
+        if self.lock:
+            self.lock.label = name
 
     def end_stage(self) -> None:
         self.stage_seconds[self._stage] = self.stage_seconds.get(self._stage, 0.0) + time.perf_counter() - self._t0
@@ -446,9 +448,19 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
         if world is not None:
             why = reuse_refusal(job, result)
             del worker.candidate_module, worker.snapshot, result
+            if hold:
+                worker.lock.label = "reuse_check"
             if not why:
                 world.forget_job(job["workdir"])
-                why = world.differences()
+                why = world.gpu_differences()
+            if hold and not why:  # nothing left that could run on the GPU: the rest of the check is CPU work
+                worker.lock.release()
+                worker.report(gpu_released=True)
+                why = world.process_differences()
+                if why:  # this context goes away under the lock too
+                    worker.lock.acquire(exclusive=False, queue=False)
+            elif not why:
+                why = world.process_differences()
             worker.report(reuse=not why, why=why[:5])
             if os.environ.get("DRK_REUSE_LOG"):  # a JSONL file: why workers retire, for studying the harness
                 with open(os.environ["DRK_REUSE_LOG"], "a") as f:
