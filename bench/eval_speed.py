@@ -185,9 +185,10 @@ def stability(in_flight: int, name: str, repeats: int = 10, names: set[str] | No
     rows = []
     for i, t in enumerate(ts):
         speedups = [r.speedup for r in results[i * repeats:(i + 1) * repeats] if r.speedup]
-        seconds = [r.eval_seconds for r in results[i * repeats:(i + 1) * repeats]]
+        mine = results[i * repeats:(i + 1) * repeats]
         rows.append({"task": f"level{t.level}/{t.name}", "speedups": speedups, "cv": cv(speedups) if speedups else None,
-                     "eval_seconds": seconds})
+                     "eval_seconds": [r.eval_seconds for r in mine], "failures": [r.error for r in mine if not r.ok],
+                     "gpu_clock": [r.gpu_clock.get("candidate") for r in mine]})
         print(f"{rows[-1]['task']:38s} cv={rows[-1]['cv']}", flush=True)
     cvs = [x["cv"] for x in rows if x["cv"] is not None]
     summary = {"in_flight": in_flight, "evaluations_per_s": len(pairs) / wall, "median_cv": statistics.median(cvs) if cvs else None,

@@ -123,6 +123,12 @@ def to_result(raw: dict, baseline: dict | None, device: str, info: dict) -> Eval
         if compiled:
             result.ref_compile_runtime_ms = compiled["median_ms"]
             result.speedup_compile = compiled["median_ms"] / timing["median_ms"]
+        result.gpu_clock = {name: stats["gpu_clock"] for name, stats in
+                            (("candidate", timing), ("eager", eager), ("compile", compiled)) if stats and "gpu_clock" in stats}
+        slowed = result.gpu_clock.get("candidate", {}).get("slowdown")
+        if slowed:
+            result.notes.append(f"the GPU slowed its clock during the candidate's timing ({', '.join(slowed)}): "
+                                "compute-bound timings may read low")
         result.timings_valid = bool(eager)
         if not eager:
             result.timing_note = f"the reference could not be timed: {(baseline or {}).get('error')}"

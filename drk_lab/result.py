@@ -50,6 +50,7 @@ class EvalResult:
     versions: dict[str, str] = field(default_factory=dict)
     timings_valid: bool = False
     timing_note: str | None = None  # why timings are missing or doubtful
+    gpu_clock: dict = field(default_factory=dict)  # per timed model: SM clock (MHz) before and after its trials, slowdowns
     bandwidth_fraction: float | None = None  # bytes of inputs + outputs per second / measured copy bandwidth
     bottleneck: str | None = None  # the profile in a sentence, for feedback
     max_abs_error: float | None = None

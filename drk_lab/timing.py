@@ -8,6 +8,8 @@ import os
 import statistics
 from pathlib import Path
 
+from drk_lab.gpu_clocks import clock_state
+
 FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench's flush; the H200's L2 holds 60 MB
 # A spin on the GPU after each flush (about 0.1 ms at 2 GHz): the GPU reaches the start event only
 # after the CPU has had that long to queue the call, so a busy host does not show up as GPU time.
@@ -44,6 +46,7 @@ def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: i
             break
         fn(*args)
         torch.cuda.synchronize()
+    clock_before = clock_state(torch.cuda.current_device())
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
     gc.collect()
@@ -60,7 +63,12 @@ def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: i
     finally:
         if gc_was_enabled:
             gc.enable()
-    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    stats = summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    clock_after = clock_state(torch.cuda.current_device())
+    if clock_before and clock_after:
+        stats["gpu_clock"] = {"sm_clock_mhz": [clock_before["sm_clock_mhz"], clock_after["sm_clock_mhz"]],
+                              "slowdown": sorted(set(clock_before["slowdown"]) | set(clock_after["slowdown"]))}
+    return stats
 
 
 def cache_dir() -> Path:

@@ -1,4 +1,4 @@
-"""What a fresh worker does before its job arrives: start CUDA, cuBLAS, the profiler, the random
+"""What a fresh worker does before its job arrives: start CUDA, cuBLAS, NVML, the profiler, the random
 generator and Triton's launch path, so that none of it lands in the evaluation that follows."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from drk_lab import correctness
+from drk_lab.gpu_clocks import clock_state
 from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
 from drk_lab.profiler import new_profile
 
@@ -29,6 +30,7 @@ def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None
     with lock.shared() if LIFECYCLE_LOCK else nullcontext():
         torch.empty(1, device=device)
         torch.cuda.current_blas_handle()
+        clock_state(gpu)  # loads NVML now rather than inside the first timing
     prof = new_profile() if profiler else None
     with lock.shared():
         if prof:

@@ -21,6 +21,8 @@ def test_timing_and_baselines(relu, relu_solution):
     assert r.ok and r.timings_valid, r.error or r.timing_note
     assert r.runtime_ms > 0 and r.runtime_iqr_ms >= 0 and r.ref_runtime_ms > 0 and r.ref_compile_runtime_ms > 0
     assert r.speedup == pytest.approx(r.ref_runtime_ms / r.runtime_ms)
+    sm_clock = r.gpu_clock["candidate"]["sm_clock_mhz"]  # read through NVML around the trials
+    assert len(sm_clock) == 2 and all(300 < mhz < 3000 for mhz in sm_clock), r.gpu_clock
     assert "H200" in r.device or "NVIDIA" in r.device or r.device.startswith("cuda")
     bytes_moved = 2 * 8192 * 8192 * 4
     assert bytes_moved / (r.runtime_ms * 1e-3) < 6e12  # below any HBM3e bandwidth: the kernel really ran
@@ -55,5 +57,5 @@ def test_ncu_metrics_join_the_kernel_table(relu, relu_solution):
     if shutil.which("ncu") is None:
         assert any("ncu" in note for note in r.notes)
         pytest.skip("ncu is not on PATH")
-    assert not r.notes, r.notes
+    assert not [note for note in r.notes if "Nsight" in note], r.notes
     assert 0 < own[0]["dram_throughput_pct"] <= 100 and 0 < own[0]["achieved_occupancy_pct"] <= 100
