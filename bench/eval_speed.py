@@ -82,6 +82,30 @@ def phase_solutions():
     save("solutions", {"copy_bytes_per_s": bandwidth, "rows": rows})
 
 
+def phase_plain():
+    """Each built-in solution timed by the harness against the same timing loop run in this process
+    on a model built straight from the files: do the harness's numbers match a plain measurement?"""
+    from drk_lab.timing import time_cuda
+
+    ts = tasks()
+    results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
+    rows = []
+    for t, r in zip(ts, results):
+        solution, reference = {}, {}
+        exec(compile(drk.builtin_solution(t), "solution.py", "exec"), solution)
+        exec(compile(t.source, "reference.py", "exec"), reference)
+        torch.manual_seed(0)
+        with torch.device(DEVICE), torch.no_grad():
+            model = solution["ModelNew"](*reference["get_init_inputs"]())
+            plain = time_cuda(model, reference["get_inputs"]())["median_ms"]
+        del model
+        torch.cuda.empty_cache()
+        rows.append({"task": f"level{t.level}/{t.name}", "harness_ms": r.runtime_ms, "plain_ms": plain,
+                     "ratio": r.runtime_ms / plain if r.runtime_ms else None})
+        print(rows[-1], flush=True)
+    save("plain", rows)
+
+
 def phase_latency():
     """One evaluation at a time, each compiling a new kernel: seconds per evaluation."""
     rows = []

@@ -30,7 +30,7 @@ def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None
     with lock.shared() if LIFECYCLE_LOCK else nullcontext():
         torch.empty(1, device=device)
         torch.cuda.current_blas_handle()
-        clock_state(gpu)  # loads NVML now rather than inside the first timing
+    clock_state(gpu)  # loads NVML now rather than inside the first timing
     prof = new_profile() if profiler else None
     with lock.shared():
         if prof:

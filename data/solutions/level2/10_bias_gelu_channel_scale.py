@@ -42,7 +42,7 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         HW = H * W
         block = min(4096, triton.next_power_of_2(HW))
-        num_warps = 8 if block >= 2048 else 4
+        num_warps = max(2, block // 1024)  # 32 elements per thread: 0.090 -> 0.080 ms on the H200 against 8 warps
         bias_gelu_scale_kernel[(N * C, triton.cdiv(HW, block))](
             x, self.bias, self.scale, out, C, HW, BLOCK=block, num_warps=num_warps,
         )
