@@ -84,24 +84,39 @@ def phase_solutions():
 
 def phase_plain():
     """Each built-in solution timed by the harness against the same timing loop run in this process
-    on a model built straight from the files: do the harness's numbers match a plain measurement?"""
-    from drk_lab.timing import time_cuda
+    on a model built straight from the files (before and after a torch.profiler session in this
+    process, as workers have had): do the harness's numbers match a plain measurement?"""
+    import tempfile
 
-    ts = tasks()
+    from drk_lab.profiler import new_profile
+    from drk_lab.timing import time_cuda
+    from drk_lab.worker import load_module
+
+    ts = [t for t in tasks((1, 2))]
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
+    folder = Path(tempfile.mkdtemp())
+    plain = {}
+    for profiled in (False, True):
+        if profiled:
+            prof = new_profile()
+            prof.start_trace()
+            torch.ones(1, device=DEVICE).sum().item()
+            prof.stop_trace()
+        for t in ts:
+            (folder / f"{t.name}.py").write_text(drk.builtin_solution(t))
+            (folder / f"ref_{t.name}.py").write_text(t.source)
+            solution = load_module(f"solution_{t.name}", str(folder / f"{t.name}.py"))
+            reference = load_module(f"ref_{t.name}", str(folder / f"ref_{t.name}.py"))
+            torch.manual_seed(0)
+            with torch.device(DEVICE), torch.no_grad():
+                model = solution.ModelNew(*reference.get_init_inputs())
+                plain[(t.name, profiled)] = time_cuda(model, reference.get_inputs())["median_ms"]
+            del model
+            torch.cuda.empty_cache()
     rows = []
     for t, r in zip(ts, results):
-        solution, reference = {}, {}
-        exec(compile(drk.builtin_solution(t), "solution.py", "exec"), solution)
-        exec(compile(t.source, "reference.py", "exec"), reference)
-        torch.manual_seed(0)
-        with torch.device(DEVICE), torch.no_grad():
-            model = solution["ModelNew"](*reference["get_init_inputs"]())
-            plain = time_cuda(model, reference["get_inputs"]())["median_ms"]
-        del model
-        torch.cuda.empty_cache()
-        rows.append({"task": f"level{t.level}/{t.name}", "harness_ms": r.runtime_ms, "plain_ms": plain,
-                     "ratio": r.runtime_ms / plain if r.runtime_ms else None})
+        rows.append({"task": f"level{t.level}/{t.name}", "harness_ms": r.runtime_ms, "plain_ms": plain[(t.name, False)],
+                     "plain_after_profiler_ms": plain[(t.name, True)]})
         print(rows[-1], flush=True)
     save("plain", rows)
 

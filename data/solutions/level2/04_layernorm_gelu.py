@@ -10,8 +10,8 @@ MAX_SINGLE_PASS_BLOCK = 16384  # widest row held in registers at once
 
 @triton.jit
 def _erf(x):
-    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): one exp and five FMAs; on the H200 this takes the
-    # kernel from 0.092 ms (libdevice's erf) to 0.074 ms, 88% of copy bandwidth
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): one exp and five FMAs; 0.074 ms on the H200
+    # against 0.092 ms with libdevice's erf
     a = tl.abs(x)
     t = 1.0 / (1.0 + 0.3275911 * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
@@ -21,7 +21,11 @@ def _erf(x):
 
 @triton.jit
 def _gelu(v):
-    return 0.5 * v * (1.0 + _erf(v * 0.7071067811865476))
+    # erf first: written as 0.5 * v * (1 + erf(...)), the product 0.5 * v is computed first and stays live
+    # through the erf, which took the kernel from 80 to 163 registers per thread (triton 3.6, sm_90)
+    # and from 0.074 to 0.137 ms on the H200
+    e = _erf(v * 0.7071067811865476)
+    return 0.5 * v * (1.0 + e)
 
 
 @triton.jit
