@@ -53,8 +53,8 @@ def clock_state(cuda_index: int = 0) -> dict | None:
     if lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(clock)) != 0:
         return None
     get_reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)  # the older driver's name
     slowdown = []
-    if get_reasons(handle, ctypes.byref(reasons)) == 0:
+    if get_reasons and get_reasons(handle, ctypes.byref(reasons)) == 0:
         slowdown = [name for bit, name in SLOWDOWN_REASONS.items() if reasons.value & bit]
     return {"sm_clock_mhz": clock.value, "slowdown": slowdown}

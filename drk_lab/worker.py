@@ -438,6 +438,7 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
     try:
         result = worker.run()
         if hold:
+            worker.lock.label = "after_result"
             worker.lock.acquire(exclusive=False)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -448,19 +449,16 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
         if world is not None:
             why = reuse_refusal(job, result)
             del worker.candidate_module, worker.snapshot, result
-            if hold:
-                worker.lock.label = "reuse_check"
             if not why:
                 world.forget_job(job["workdir"])
                 why = world.gpu_differences()
-            if hold and not why:  # nothing left that could run on the GPU: the rest of the check is CPU work
-                worker.lock.release()
-                worker.report(gpu_released=True)
+            if not why:
+                if hold:  # nothing left that could run on the GPU: the rest of the check is CPU work
+                    worker.lock.release()
+                    worker.report(gpu_released=True)
                 why = world.process_differences()
-                if why:  # this context goes away under the lock too
+                if why and hold:  # this context goes away under the lock too
                     worker.lock.acquire(exclusive=False, queue=False)
-            elif not why:
-                why = world.process_differences()
             worker.report(reuse=not why, why=why[:5])
             if os.environ.get("DRK_REUSE_LOG"):  # a JSONL file: why workers retire, for studying the harness
                 with open(os.environ["DRK_REUSE_LOG"], "a") as f:

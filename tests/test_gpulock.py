@@ -1,9 +1,12 @@
 """The per-GPU readers-writer lock, with real processes and real flock."""
 
 import multiprocessing as mp
+import os
 import time
 
 from drk_lab.gpulock import GpuLock
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
 def hold(lock_dir, exclusive, start_after, hold_for, events):
@@ -58,3 +61,30 @@ def test_sandboxes_are_kept_apart_by_whether_their_workers_profile():
     assert get_sandbox("cuda", "fork", profiler=False) is not get_sandbox("cuda", "fork", profiler=True)
     assert get_sandbox("cuda", "fork", profiler=False).profiler is False
     assert get_sandbox("cpu", "fork", profiler=False) is get_sandbox("cpu", "fork")  # the CPU path never profiles
+
+
+def test_lock_log_shows_who_kept_timing_waiting(tmp_path, monkeypatch):
+    import importlib.util
+    import json
+
+    from drk_lab import gpulock
+
+    log = tmp_path / "holds.jsonl"
+    monkeypatch.setattr(gpulock, "LOCK_LOG", str(log))
+    ctx = mp.get_context("fork")  # the children see the patched LOCK_LOG
+    events = ctx.Queue()
+    procs = [ctx.Process(target=hold, args=(str(tmp_path), False, 0.0, 0.6, events)),
+             ctx.Process(target=hold, args=(str(tmp_path), True, 0.2, 0.1, events))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(10)
+    holds = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(h["mode"] for h in holds) == ["exclusive", "shared"]
+    spec = importlib.util.spec_from_file_location("lock_report", os.path.join(BENCH, "lock_report.py"))
+    lock_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock_report)
+    summary = lock_report.report(holds)
+    assert summary["exclusive_holds"] == 1
+    assert 0.3 < summary["exclusive_total_wait_s"] < 2.0  # asked at 0.2 s, got it when the reader left at 0.6 s
+    assert 0.3 < summary["shared"]["?"]["blocked_exclusive_s"] <= summary["exclusive_total_wait_s"] + 0.01

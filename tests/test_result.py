@@ -45,6 +45,7 @@ def full_result() -> EvalResult:
         versions={"torch": "2.13.0", "triton": "3.5.0", "cuda": "12.8"},
         timings_valid=True,
         timing_note="L2 flushed; 100 trials",
+        gpu_clock={"candidate": {"sm_clock_mhz": [1980, 1500], "slowdown": ["power cap"]}},
         bandwidth_fraction=0.91,
         bottleneck="memory-bound at 91% of the copy bandwidth",
         max_abs_error=3.0517578125e-05,

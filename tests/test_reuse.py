@@ -3,6 +3,7 @@ sandbox retires a worker after anything it cannot vouch for (real workers, the T
 
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -136,3 +137,46 @@ def test_a_worker_that_cannot_be_vouched_for_retires(reusing_sandbox, relu_small
     assert bad.error_kind == expect, bad.error
     after = honest_runs(relu_small, relu_solution, n=4)
     assert bad.worker_pid not in {r.worker_pid for r in after}
+
+
+def test_the_supervisor_lets_go_of_the_gpu_before_the_cpu_part_of_the_check(tmp_path):
+    import fcntl
+
+    from drk_lab.gpulock import GpuLock
+
+    def timing_could_start() -> bool:
+        fd = os.open(guard.main_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    guard = GpuLock(str(tmp_path), 0)
+    guard.acquire(exclusive=False)  # held for the worker, as join_gpu_lock does
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    seen = []
+
+    def worker():  # the GPU part passed; while the rest of the check runs, timing must be free
+        os.write(status_w, b'{"gpu_released": true}\n')
+        time.sleep(0.3)
+        seen.append(timing_could_start())
+        os.write(status_w, b'{"reuse": true, "why": []}\n')
+
+    assert not timing_could_start()
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert sandbox.reuse_verdict(status_r, out_r, b"", guard) == (True, True)
+    thread.join()
+    assert seen == [True]
+
+    guard.acquire(exclusive=False)
+    os.close(status_w)  # a worker that dies before its GPU part passed: the lock stays held
+    assert sandbox.reuse_verdict(status_r, out_r, b"", guard) == (False, False)
+    assert not timing_could_start()
+    guard.release()
+    for fd in (status_r, out_r, out_w):
+        os.close(fd)
