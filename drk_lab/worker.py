@@ -450,13 +450,17 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
             why = reuse_refusal(job, result)
             del worker.candidate_module, worker.snapshot, result
             if not why:
-                world.forget_job(job["workdir"])
-                why = world.gpu_differences()
-            if not why:
-                if hold:  # nothing left that could run on the GPU: the rest of the check is CPU work
+                why = world.leftover_work()
+            if not why:  # nothing of the job runs any more: the GPU is free while the CPU forgets it
+                if hold:
                     worker.lock.release()
                     worker.report(gpu_released=True)
-                why = world.process_differences()
+                world.forget_job(job["workdir"])
+                if worker.lock:
+                    worker.lock.label = "cuda_check"
+                with worker.lock.shared() if worker.lock else nullcontext():
+                    why = world.gpu_differences()
+                why = why or world.process_differences()
                 if why and hold:  # this context goes away under the lock too
                     worker.lock.acquire(exclusive=False, queue=False)
             worker.report(reuse=not why, why=why[:5])
