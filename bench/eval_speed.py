@@ -92,9 +92,15 @@ def phase_plain():
     from drk_lab.timing import time_cuda
     from drk_lab.worker import load_module
 
-    ts = [t for t in tasks((1, 2))]
+    ts = tasks((1, 2))
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
     folder = Path(tempfile.mkdtemp())
+    modules = {}
+    for t in ts:
+        (folder / f"{t.name}.py").write_text(drk.builtin_solution(t))
+        (folder / f"ref_{t.name}.py").write_text(t.source)
+        modules[t.name] = (load_module(f"solution_{t.name}", str(folder / f"{t.name}.py")),
+                           load_module(f"ref_{t.name}", str(folder / f"ref_{t.name}.py")))
     plain = {}
     for profiled in (False, True):
         if profiled:
@@ -103,10 +109,7 @@ def phase_plain():
             torch.ones(1, device=DEVICE).sum().item()
             prof.stop_trace()
         for t in ts:
-            (folder / f"{t.name}.py").write_text(drk.builtin_solution(t))
-            (folder / f"ref_{t.name}.py").write_text(t.source)
-            solution = load_module(f"solution_{t.name}", str(folder / f"{t.name}.py"))
-            reference = load_module(f"ref_{t.name}", str(folder / f"ref_{t.name}.py"))
+            solution, reference = modules[t.name]
             torch.manual_seed(0)
             with torch.device(DEVICE), torch.no_grad():
                 model = solution.ModelNew(*reference.get_init_inputs())

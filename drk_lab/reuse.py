@@ -2,12 +2,14 @@
 in the process must be exactly as it was before the worker's first job, or the worker retires.
 
 WorldState is taken once, after warm-up and before any candidate code runs. After each job the
-worker forgets the job (its modules, folder, environment, Triton hooks, CUDA cache) and compares:
+worker forgets the job (its modules, folder, environment, Triton hooks) and compares:
 every attribute of the torch / triton / drk_lab / numpy modules and the classes they define
 (identity), numerics flags, grad and autocast modes, torch function and dispatch modes, tracing
 and profiling hooks, signal handlers, environment, threads, child processes, open files, mapped
 native libraries (only Triton's own cache may add some), CUDA memory, the current stream, and a
 kernel that must still run and give the right answer. Any difference, or any doubt, retires it.
+Only the checks for leftover work (threads, child processes) and the CUDA part (caches freed,
+memory, stream, test kernel) need the GPU lock; worker.main holds it for those alone.
 """
 
 from __future__ import annotations

@@ -190,12 +190,10 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
                 output.add(data)
             else:
                 status_buf += data
-                while b"\n" in status_buf:
-                    line, status_buf = status_buf.split(b"\n", 1)
-                    try:
-                        message = json.loads(line)
-                    except ValueError:
-                        continue
+                while True:
+                    message, status_buf = pop_message(status_buf)
+                    if message is None:
+                        break
                     if "result" in message:
                         result = message["result"]
                         if LIFECYCLE_LOCK and job["device"] != "cpu":  # the worker waits for this ack
@@ -256,6 +254,18 @@ def supervise(job: dict, pid: int, status_r: int, out_r: int, reaper: bool,
     return result, finish
 
 
+def pop_message(buffer: bytes) -> tuple[dict | None, bytes]:
+    """The first whole JSON line of what the worker wrote on its status pipe (lines that do not
+    parse are skipped), and the rest of the buffer; None when no whole line is there yet."""
+    while b"\n" in buffer:
+        line, buffer = buffer.split(b"\n", 1)
+        try:
+            return json.loads(line), buffer
+        except ValueError:
+            continue
+    return None, buffer
+
+
 def join_gpu_lock(job: dict):
     if job["device"] == "cpu":
         return None
@@ -274,12 +284,10 @@ def reuse_verdict(status_r: int, out_r: int, pending: bytes, guard=None, limit_s
     worker said the GPU part of its check had passed."""
     deadline, released = time.monotonic() + limit_s, False
     while time.monotonic() < deadline:
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
+        while True:
+            message, pending = pop_message(pending)
+            if message is None:
+                break
             if "gpu_released" in message and guard is not None and not released:
                 guard.release()
                 released = True
