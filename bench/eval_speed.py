@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 import drk_lab as drk
-from drk_lab.profiler import copy_bandwidth  # measured once per device, cached
-from drk_lab.profiler import io_bytes as forward_bytes  # the same count as the harness's bandwidth figure
-from drk_lab.sandbox import default_worker_uses
+from drk_lab.harness.profiler import copy_bandwidth  # measured once per device, cached
+from drk_lab.harness.profiler import io_bytes as forward_bytes  # the same count as the harness's bandwidth figure
+from drk_lab.harness.sandbox import default_worker_uses
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -88,9 +88,9 @@ def phase_plain():
     process, as workers have had): do the harness's numbers match a plain measurement?"""
     import tempfile
 
-    from drk_lab.profiler import new_profile
-    from drk_lab.timing import time_cuda
-    from drk_lab.worker import load_module
+    from drk_lab.harness.profiler import new_profile
+    from drk_lab.harness.timing import time_cuda
+    from drk_lab.harness.worker import load_module
 
     ts = tasks((1, 2))
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)

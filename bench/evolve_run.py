@@ -26,10 +26,10 @@ from pathlib import Path
 
 import drk_lab as drk
 from drk_lab.cli import SEED_DIR, evolve_policy, seed_file
-from drk_lab.context import episode_schedule, run_many
-from drk_lab.evaluate import default_device
-from drk_lab.metrics import valid_speedup
-from drk_lab.launch_params import tunable_parameters
+from drk_lab.agent.episodes import episode_schedule, run_many
+from drk_lab.harness.evaluate import default_device
+from drk_lab.agent.metrics import valid_speedup
+from drk_lab.policies.launch_search import tunable_parameters
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from drk_lab.task import DATA_DIR
+from drk_lab.harness.task import DATA_DIR
 
 SEED_DIR = DATA_DIR / "plain"  # plain Triton kernels, the evolutionary search's starting points
 POLICY_KINDS = ("scripted:FOLDER", "evolve[:SEED_FOLDER]", "hf:MODEL_PATH", "openai:MODEL")
@@ -25,7 +25,7 @@ CPU_NOTE = ("CPU: the Triton interpreter runs each task at its small sizes; noth
 def load_task_set(spec: str) -> list:
     """Comma-separated parts: `builtin` (all levels), `builtin:LEVEL`, a task file, or a folder of task
     files (e.g. a KernelBench checkout or one of its levels)."""
-    from drk_lab.task import TaskError, builtin_tasks, load_task, load_tasks
+    from drk_lab.harness.task import TaskError, builtin_tasks, load_task, load_tasks
 
     tasks = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -55,7 +55,7 @@ class TaskRouter:
     task's source, not its name, so the first user message (the task's prompt) is looked up."""
 
     def __init__(self, policy, tasks: list):
-        from drk_lab.env import initial_prompt
+        from drk_lab.agent.env import initial_prompt
 
         self.policy = policy
         self.names = {initial_prompt(t): t.name for t in tasks}
@@ -70,7 +70,7 @@ class TaskRouter:
 def evolve_policy(tasks: list, seed_dir: str | Path = SEED_DIR, temperature: float = 1.0,
                   seed: int = 0) -> tuple[TaskRouter, list, list]:
     """(policy, tasks that have a seed kernel, tasks skipped for lack of one)."""
-    from drk_lab.policy_evolve import EvolutionaryPolicy
+    from drk_lab.policies.evolve import EvolutionaryPolicy
 
     found = {t.name: seed_file(t, Path(seed_dir)) for t in tasks}
     kept = [t for t in tasks if found[t.name] is not None]
@@ -83,7 +83,7 @@ def make_policy(spec: str, tasks: list, args) -> tuple[object, list]:
     """The policy named by `--policy KIND[:ARG]` and the tasks it can run."""
     kind, _, arg = spec.partition(":")
     if kind == "scripted" and arg:
-        from drk_lab.policy import ScriptedPolicy
+        from drk_lab.policies.scripted import ScriptedPolicy
 
         return ScriptedPolicy(arg), tasks
     if kind == "evolve":
@@ -94,18 +94,18 @@ def make_policy(spec: str, tasks: list, args) -> tuple[object, list]:
                   + ", ".join(t.name for t in skipped))
         return policy, kept
     if kind == "hf" and arg:
-        from drk_lab.policy_hf import TransformersPolicy
+        from drk_lab.policies.huggingface import TransformersPolicy
 
         return TransformersPolicy(arg, max_new_tokens=args.max_tokens or 2048, dtype="auto"), tasks
     if kind == "openai" and arg:
-        from drk_lab.policy_openai import OpenAIPolicy
+        from drk_lab.policies.openai_compat import OpenAIPolicy
 
         return OpenAIPolicy(arg, base_url=args.base_url, max_concurrency=args.jobs or 8), tasks
     raise SystemExit(f"drk eval: --policy {spec!r} is not one of {', '.join(POLICY_KINDS)}")
 
 
 def make_schedule(args):
-    from drk_lab.context import episode_schedule, stts_schedule
+    from drk_lab.agent.episodes import episode_schedule, stts_schedule
 
     if args.stts:
         if args.turns is not None:
@@ -118,7 +118,7 @@ def make_schedule(args):
 def summary_tables(trajectories: list, tasks: list) -> str:
     """Fast@p per turn (and best so far), then a per-level summary of each trajectory's best turn.
     With several samples per task, each sample counts as one task (Fast@p averaged over samples)."""
-    from drk_lab.metrics import best_result, fast_p_table, format_table, level_summary
+    from drk_lab.agent.metrics import best_result, fast_p_table, format_table, level_summary
 
     levels = {t.name: t.level for t in tasks}
     several = any(tr.sample > 0 for tr in trajectories)
@@ -130,8 +130,8 @@ def summary_tables(trajectories: list, tasks: list) -> str:
 
 
 def run_policy(args) -> int:
-    from drk_lab.context import run_many
-    from drk_lab.evaluate import default_device
+    from drk_lab.agent.episodes import run_many
+    from drk_lab.harness.evaluate import default_device
 
     device = args.device or default_device()
     tasks = load_task_set(args.tasks)

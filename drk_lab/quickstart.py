@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drk_lab.evaluate import default_device, evaluate_many
-from drk_lab.result import EvalResult
-from drk_lab.task import DATA_DIR, Task, builtin_solution, builtin_tasks
+from drk_lab.harness.evaluate import default_device, evaluate_many
+from drk_lab.harness.result import EvalResult
+from drk_lab.harness.task import DATA_DIR, Task, builtin_solution, builtin_tasks
 
 VARIANTS_DIR = DATA_DIR / "variants"
 HACKS_DIR = DATA_DIR / "hacks"  # one or more planted cheats per reason code of DESIGN §6

@@ -13,8 +13,8 @@ import pytest
 
 import drk_lab as drk
 from drk_lab.cli import main, make_schedule
-from drk_lab.context import read_jsonl
-from drk_lab.policy_evolve import extract_code
+from drk_lab.agent.episodes import read_jsonl
+from drk_lab.policies.evolve import extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
 RELU_TASK = ROOT / "data/tasks/level1/01_relu.py"

@@ -5,9 +5,10 @@ import json
 import pytest
 
 import drk_lab as drk
-from drk_lab.context import (Trajectory, build_messages, episode_schedule, read_jsonl, run_episode, run_many,
+from drk_lab.agent.episodes import (Trajectory, build_messages, episode_schedule, read_jsonl, run_episode, run_many,
                              run_stts, select_turns, stts_schedule, stts_total_turns, write_jsonl)
-from drk_lab.policy import Completion, ScriptedPolicy
+from drk_lab.policies.base import Completion
+from drk_lab.policies.scripted import ScriptedPolicy
 
 NO_CODE = "I would tile the rows, but I have no code yet."
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from drk_lab.correctness import Mismatch, compare, reference_scale
+from drk_lab.harness.correctness import Mismatch, compare, reference_scale
 
 
 def test_a_cancelling_sum_keeps_the_rounding_error_of_its_terms():

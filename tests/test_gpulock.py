@@ -4,7 +4,7 @@ import multiprocessing as mp
 import os
 import time
 
-from drk_lab.gpulock import GpuLock
+from drk_lab.harness.gpulock import GpuLock
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
@@ -56,7 +56,7 @@ def test_compilation_gives_the_gpu_back(tmp_path):
 
 
 def test_sandboxes_are_kept_apart_by_whether_their_workers_profile():
-    from drk_lab.sandbox import get_sandbox
+    from drk_lab.harness.sandbox import get_sandbox
 
     assert get_sandbox("cuda", "fork", profiler=False) is not get_sandbox("cuda", "fork", profiler=True)
     assert get_sandbox("cuda", "fork", profiler=False).profiler is False
@@ -67,7 +67,7 @@ def test_lock_log_shows_who_kept_timing_waiting(tmp_path, monkeypatch):
     import importlib.util
     import json
 
-    from drk_lab import gpulock
+    from drk_lab.harness import gpulock
 
     log = tmp_path / "holds.jsonl"
     monkeypatch.setattr(gpulock, "LOCK_LOG", str(log))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from drk_lab.hacking import HACK_REASONS, Finding, static_findings, static_hack_check
-from drk_lab.task import DATA_DIR
+from drk_lab.hacks.catalogue import HACK_REASONS, Finding, static_findings, static_hack_check
+from drk_lab.harness.task import DATA_DIR
 
 HACKS = sorted((DATA_DIR / "hacks").glob("*.py"))
 SOLUTIONS = sorted((DATA_DIR / "solutions").rglob("*.py"))
@@ -49,7 +49,7 @@ def test_every_reason_code_has_a_plant_and_headers_are_complete():
 
 @pytest.mark.parametrize("path", HACKS, ids=[p.stem for p in HACKS])
 def test_plants_are_real_candidates(path):
-    from drk_lab.static import check_candidate
+    from drk_lab.harness.validity import check_candidate
 
     assert check_candidate(path.read_text()) is None  # parses, has ModelNew and a @triton.jit kernel
 

@@ -15,8 +15,8 @@ pytest.importorskip("tokenizers")
 
 import torch  # noqa: E402
 
-from drk_lab.policy_hf import TransformersPolicy  # noqa: E402
-from drk_lab.policy_openai import OpenAIPolicy, OpenAIPolicyError  # noqa: E402
+from drk_lab.policies.huggingface import TransformersPolicy  # noqa: E402
+from drk_lab.policies.openai_compat import OpenAIPolicy, OpenAIPolicyError  # noqa: E402
 from drk_lab.tiny_model import load_tiny, make_tiny_model  # noqa: E402
 
 CONVERSATIONS = [
@@ -300,8 +300,8 @@ def test_openai_policy_connection_refused():
 
 
 def test_episode_with_the_tiny_transformer_records_tokens_and_classifies_its_replies(tiny, tasks, tmp_path):
-    from drk_lab.context import read_jsonl, run_episode
-    from drk_lab.env import count_tokens
+    from drk_lab.agent.episodes import read_jsonl, run_episode
+    from drk_lab.agent.env import count_tokens
 
     model, tokenizer = tiny
     policy = TransformersPolicy(model, tokenizer, device="cpu", max_new_tokens=12)

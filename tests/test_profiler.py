@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from drk_lab import profiler
-from drk_lab.launches import KernelLaunches, patched
-from drk_lab.profiler_ncu import NCU_METRICS, ncu_command, ncu_metrics, parse_ncu_csv, write_ncu_script
+from drk_lab.harness import profiler
+from drk_lab.harness.launches import KernelLaunches, patched
+from drk_lab.harness.ncu import NCU_METRICS, ncu_command, ncu_metrics, parse_ncu_csv, write_ncu_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ from triton.compiler.compiler import CompiledKernel
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
-from drk_lab.launches import KernelLaunches, patched
+from drk_lab.harness.launches import KernelLaunches, patched
 
 ENTRY_POINTS = [(JITFunction, "run"), (InterpretedFunction, "run"), (Autotuner, "run"), (Autotuner, "_bench"),
                 (Heuristics, "run"), (CompiledKernel, "__getitem__")]
@@ -427,7 +427,7 @@ def triton_cdiv(a: int, b: int) -> int:
 def test_copy_bandwidth_measured_and_cached():
     import torch
 
-    from drk_lab.timing import cache_dir
+    from drk_lab.harness.timing import cache_dir
 
     bw = profiler.copy_bandwidth(torch.device("cuda", 0))
     assert 1e11 < bw < 2e13  # between 100 GB/s and 20 TB/s

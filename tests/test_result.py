@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from drk_lab.result import ERROR_KINDS, EvalResult
+from drk_lab.harness.result import ERROR_KINDS, EvalResult
 
 # The kinds DESIGN.md section 5 names explicitly.
 DESIGN_KINDS = {"syntax", "no_modelnew", "no_triton_kernel", "compile", "runtime", "cuda_illegal_access",

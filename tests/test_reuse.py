@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import drk_lab as drk
-from drk_lab import sandbox
-from drk_lab.reuse import WorldState
+from drk_lab.harness import sandbox
+from drk_lab.harness.reuse import WorldState
 
 
 def take_world() -> WorldState:
@@ -142,7 +142,7 @@ def test_a_worker_that_cannot_be_vouched_for_retires(reusing_sandbox, relu_small
 def test_the_supervisor_lets_go_of_the_gpu_before_the_cpu_part_of_the_check(tmp_path):
     import fcntl
 
-    from drk_lab.gpulock import GpuLock
+    from drk_lab.harness.gpulock import GpuLock
 
     def timing_could_start() -> bool:
         fd = os.open(guard.main_path, os.O_RDWR)

@@ -9,8 +9,8 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from drk_lab.context import episode_schedule  # noqa: E402
-from drk_lab.policy_hf import TransformersPolicy  # noqa: E402
+from drk_lab.agent.episodes import episode_schedule  # noqa: E402
+from drk_lab.policies.huggingface import TransformersPolicy  # noqa: E402
 from drk_lab.rl.rollout import (  # noqa: E402
     ENV_TURN, build_batch, collect_rollouts, encode, feedback_glue, template_text)
 from drk_lab.rl.trainer import sequence_logprobs  # noqa: E402

@@ -15,8 +15,8 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import drk_lab as drk  # noqa: E402
-from drk_lab.context import Trajectory, Turn, read_jsonl, write_jsonl  # noqa: E402
-from drk_lab.result import EvalResult  # noqa: E402
+from drk_lab.agent.episodes import Trajectory, Turn, read_jsonl, write_jsonl  # noqa: E402
+from drk_lab.harness.result import EvalResult  # noqa: E402
 from drk_lab.rl.sft import (  # noqa: E402
     ColdStartError,
     load_cold_start,

@@ -4,8 +4,8 @@ and that the worker compares a candidate there (and stands aside when the refere
 import textwrap
 
 import drk_lab as drk
-from drk_lab.shapes import OtherShape, meta_run, other_shape, sizes_read_by_the_model
-from drk_lab.task import task_from_source
+from drk_lab.harness.shapes import OtherShape, meta_run, other_shape, sizes_read_by_the_model
+from drk_lab.harness.task import task_from_source
 
 
 def make_task(body: str, name: str = "t") -> drk.Task:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from drk_lab.task import (
+from drk_lab.harness.task import (
     Task,
     TaskError,
     builtin_solution,

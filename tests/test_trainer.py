@@ -17,8 +17,8 @@ pytest.importorskip("trl")
 
 import torch  # noqa: E402
 
-from drk_lab.context import episode_schedule, read_jsonl  # noqa: E402
-from drk_lab.policy_hf import TransformersPolicy  # noqa: E402
+from drk_lab.agent.episodes import episode_schedule, read_jsonl  # noqa: E402
+from drk_lab.policies.huggingface import TransformersPolicy  # noqa: E402
 from drk_lab.rl.loss import clipped_policy_loss  # noqa: E402
 from drk_lab.rl.rollout import build_batch, collect_rollouts  # noqa: E402
 from drk_lab.rl.runlog import RunLog, read_log  # noqa: E402

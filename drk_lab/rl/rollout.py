@@ -38,11 +38,11 @@ from typing import Callable
 
 import torch
 
-from drk_lab.context import ContextSchedule, Trajectory, Turn, build_messages, episode_schedule
-from drk_lab.env import KernelEnv, messages_tokens
-from drk_lab.policy import Completion
-from drk_lab.policy_hf import TransformersPolicy
-from drk_lab.task import Task
+from drk_lab.agent.episodes import ContextSchedule, Trajectory, Turn, build_messages, episode_schedule
+from drk_lab.agent.env import KernelEnv, messages_tokens
+from drk_lab.policies.base import Completion
+from drk_lab.policies.huggingface import TransformersPolicy
+from drk_lab.harness.task import Task
 
 ENV_TURN = -1  # turn id of environment tokens
 
@@ -176,7 +176,7 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
     `sampling` goes to policy.generate (temperature, top_p, top_k, max_new_tokens); with `seed`, turn t
     samples with seed * 1000 + t, so the same call gives the same rollout. `force_responses(task,
     sample, turn)` may return a reply text to use instead of the sampled one. `eval_kwargs` go to
-    drk_lab.evaluate (device, correctness_trials, timing_trials, ...).
+    drk_lab.harness.evaluate (device, correctness_trials, timing_trials, ...).
     """
     policy = TokenPolicy.wrap(policy)
     tokenizer = policy.tokenizer

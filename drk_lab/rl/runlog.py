@@ -100,7 +100,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     """
     import torch
 
-    from drk_lab.metrics import fast_p, is_fast
+    from drk_lab.agent.metrics import fast_p, is_fast
 
     stats = rollout.stats
     b, turns = batch.rewards.shape

@@ -201,7 +201,7 @@ def trajectory_messages(traj, upto: int | None = None) -> list[dict]:
 
 
 def trajectories_to_cold_start(trajs, start_uuid: int = 0, end_at_best: bool = False) -> list[dict]:
-    """Cold-start rows (Dr. Kernel's layout) from drk_lab.context.Trajectory records.
+    """Cold-start rows (Dr. Kernel's layout) from drk_lab.agent.episodes.Trajectory records.
 
     Columns: messages (trajectory_messages), uuid (start_uuid, start_uuid + 1, ...), entry_point
     ("Model", the reference class, as in Dr. Kernel's set), task (the task's name), final_speedup

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from drk_lab.context import episode_schedule, stts_schedule, write_jsonl
+from drk_lab.agent.episodes import episode_schedule, stts_schedule, write_jsonl
 from drk_lab.rl.advantages import advantages_from_returns, returns_to_go
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
@@ -141,7 +141,7 @@ class RLTrainer:
         temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 512,
         max_prompt_tokens: int | None = None, max_context_tokens: int | None = None, feedback_tokens: int = 2048,
         system_prompt: str | None = None, chat_template_kwargs: dict | None = None, generation_batch_size: int = 8,
-        eval_kwargs: dict | None = None,  # to drk_lab.evaluate (device, correctness_trials, ...)
+        eval_kwargs: dict | None = None,  # to drk_lab.harness.evaluate (device, correctness_trials, ...)
         max_workers: int | None = None, shuffle_tasks: bool = True,
         # filters
         mrs: bool = True,  # off: nothing is rejected, but what MRS would reject is still logged

@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from drk_lab.env import KernelEnv, messages_tokens
-from drk_lab.result import EvalResult
-from drk_lab.task import Task
+from drk_lab.agent.env import KernelEnv, messages_tokens
+from drk_lab.harness.result import EvalResult
+from drk_lab.harness.task import Task
 
 STRATEGIES = ("top_k", "best_window", "last_k")
 
@@ -201,7 +201,7 @@ def run_many(tasks: list[Task], policy, schedule: ContextSchedule | None = None,
     """Run `samples` episodes per task under `schedule` (default: 3 turns, full context).
 
     Returns the trajectories in task order, samples of a task together. `sampling` goes to
-    policy.generate (temperature, max_tokens, ...), `eval_kwargs` to drk_lab.evaluate. After every
+    policy.generate (temperature, max_tokens, ...), `eval_kwargs` to drk_lab.harness.evaluate. After every
     evaluation the policy's observe(task_name, code, result) is called, if it has one (replies
     without code are not evaluated and not observed). With jsonl_path each trajectory is appended
     to that file when its episode ends.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from drk_lab.static_hacks import rule_findings
+from drk_lab.hacks.static_rules import rule_findings
 
 HACK_REASONS: dict[str, str] = {
     "torch_does_the_work": "output still matches with the candidate's Triton launches disabled (PyTorch/cuBLAS computes it; decoy kernels)",

@@ -22,7 +22,7 @@ import ast
 import functools
 from dataclasses import dataclass
 
-from drk_lab.task import Task
+from drk_lab.harness.task import Task
 
 BATCH_NAMES = ("batch_size", "batch", "bs", "B", "BATCH_SIZE", "BATCH")
 SCALES = (2, 4)

@@ -20,11 +20,12 @@ from functools import partial
 
 import torch
 
-from drk_lab import correctness, runtime_checks
-from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
-from drk_lab.hacking import Finding, verdict
-from drk_lab.launches import KernelLaunches
-from drk_lab.timing import time_cuda
+from drk_lab.harness import correctness
+from drk_lab.hacks import runtime_checks
+from drk_lab.harness.gpulock import LIFECYCLE_LOCK, GpuLock
+from drk_lab.hacks.catalogue import Finding, verdict
+from drk_lab.harness.launches import KernelLaunches
+from drk_lab.harness.timing import time_cuda
 
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
@@ -250,7 +251,7 @@ class Worker:
         """Time the model under the exclusive lock. With kernel_names (a candidate with hack checks or
         profiling on), also its bandwidth against the measured copy, its profile (kernel table,
         coverage; under the shared lock) and the speed-of-light check."""
-        from drk_lab import profiler
+        from drk_lab.harness import profiler
 
         self.stage("wait_lock")
         with self.lock.exclusive():
@@ -284,9 +285,9 @@ class Worker:
     def ncu_metrics(self, kernel_names: set[str], result: dict) -> dict:
         """Nsight Compute's DRAM throughput and occupancy per candidate kernel, added to its row of
         the kernel table; ncu replays kernels, so it holds the GPU alone."""
-        from drk_lab.profiler import candidate_matcher
-        from drk_lab.profiler_ncu import ncu_metrics
-        from drk_lab.sandbox import stage_limit
+        from drk_lab.harness.profiler import candidate_matcher
+        from drk_lab.harness.ncu import ncu_metrics
+        from drk_lab.harness.sandbox import stage_limit
 
         self.stage("wait_lock")
         with self.lock.exclusive():
@@ -480,7 +481,7 @@ def main(job: dict, status_fd: int, ack_fd: int | None = None, world=None) -> bo
 
 
 def reuse_refusal(job: dict, result: dict) -> list[str]:
-    from drk_lab.reuse import REUSABLE_OUTCOMES
+    from drk_lab.harness.reuse import REUSABLE_OUTCOMES
 
     if job["mode"] != "candidate":
         return ["a baseline job compiles with torch.compile, which changes too much"]

@@ -1,7 +1,7 @@
 """EvolutionaryPolicy: an LLM-free search over launch and autotune parameters around the best kernel so far.
 
 It is the baseline a learned policy must beat. It never edits what a kernel computes: it only changes
-the parameters that drk_lab.launch_params finds (BLOCK sizes, num_warps, num_stages, autotune configs).
+the parameters that drk_lab.policies.launch_search finds (BLOCK sizes, num_warps, num_stages, autotune configs).
 
 Runners: call `generate` for proposals and `observe(task_name, code, result)` after every evaluation.
 """
@@ -15,9 +15,9 @@ import re
 import threading
 from collections import deque
 
-from drk_lab.env import extract_code as extract_reply_code
-from drk_lab.launch_params import mutate, neighbours, tunable_parameters
-from drk_lab.policy import Completion
+from drk_lab.agent.env import extract_code as extract_reply_code
+from drk_lab.policies.launch_search import mutate, neighbours, tunable_parameters
+from drk_lab.policies.base import Completion
 
 ELITE_SIZE = 5
 

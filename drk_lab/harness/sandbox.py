@@ -34,8 +34,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from drk_lab.gpulock import LIFECYCLE_LOCK
-from drk_lab.timing import cache_dir
+from drk_lab.harness.gpulock import LIFECYCLE_LOCK
+from drk_lab.harness.timing import cache_dir
 
 STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "ncu": 300.0,
                   "compile_reference": 900.0}
@@ -269,7 +269,7 @@ def pop_message(buffer: bytes) -> tuple[dict | None, bytes]:
 def join_gpu_lock(job: dict):
     if job["device"] == "cpu":
         return None
-    from drk_lab.gpulock import GpuLock
+    from drk_lab.harness.gpulock import GpuLock
 
     lock = GpuLock(job["lock_dir"], gpu_index(job["device"]))
     lock.label = "supervisor"
@@ -362,7 +362,7 @@ def run_job(job: dict, status_w: int, ack_r: int | None, world=None) -> bool:
     os.chdir(job["workdir"])
     sys.path.insert(0, job["workdir"])
     os.environ.update(job.get("env", {}))
-    from drk_lab import worker
+    from drk_lab.harness import worker
 
     return worker.main(job, status_w, ack_r, world)
 
@@ -433,10 +433,10 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from drk_lab import worker
+    from drk_lab.harness import worker
 
     if device != "cpu":
-        from drk_lab.warm import precompute_in_zygote
+        from drk_lab.harness.warm import precompute_in_zygote
 
         precompute_in_zygote()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -500,14 +500,14 @@ def fork_supervisor(listener: socket.socket, news_r: int, news_w: int, device: s
                 set_parent_death_signal()
                 enter_worker(out_w)
                 if device != "cpu":
-                    from drk_lab.warm import warm_up
+                    from drk_lab.harness.warm import warm_up
 
                     warm_up(device, lock_dir, gpu_index(device), profiler)
                 world = None
                 if uses > 1:
                     import torch
 
-                    from drk_lab.reuse import WorldState
+                    from drk_lab.harness.reuse import WorldState
 
                     world = WorldState(torch.device(device))
                 while line := read_line(job_r):
@@ -589,7 +589,7 @@ class Sandbox:
             if self.isolation == "spawn":
                 if self.info:
                     return self.info
-                from drk_lab import worker  # versions for the baseline key, from this interpreter
+                from drk_lab.harness import worker  # versions for the baseline key, from this interpreter
 
                 self.info = {"versions": worker.versions(),
                              "device_name": gpu_name() if self.device != "cpu" else "cpu"}
@@ -666,4 +666,4 @@ def main(argv: list[str]) -> None:
         run_job(json.loads(read_line(0)), int(argv[1]), 0)
 
 
-ENTRY = [sys.executable, "-c", "import sys; from drk_lab.sandbox import main; main(sys.argv[1:])"]
+ENTRY = [sys.executable, "-c", "import sys; from drk_lab.harness.sandbox import main; main(sys.argv[1:])"]

@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # the repository's data/ folder
 BUILTIN_DIR = DATA_DIR / "tasks"
 SOLUTIONS_DIR = DATA_DIR / "solutions"
 

@@ -7,13 +7,13 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from drk_lab.hacking import static_hack_check
-from drk_lab.result import EvalResult
-from drk_lab.sandbox import STAGE_TIMEOUTS, get_sandbox
-from drk_lab.shapes import other_shape
-from drk_lab.static import check_candidate
-from drk_lab.task import Task
-from drk_lab.timing import FLUSH_BYTES, baseline_key, cache_dir, load_baseline, save_baseline
+from drk_lab.hacks.catalogue import static_hack_check
+from drk_lab.harness.result import EvalResult
+from drk_lab.harness.sandbox import STAGE_TIMEOUTS, get_sandbox
+from drk_lab.harness.shapes import other_shape
+from drk_lab.harness.validity import check_candidate
+from drk_lab.harness.task import Task
+from drk_lab.harness.timing import FLUSH_BYTES, baseline_key, cache_dir, load_baseline, save_baseline
 
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
                    "where times mean nothing; speedups need a CUDA GPU")

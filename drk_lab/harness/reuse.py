@@ -23,7 +23,8 @@ import threading
 
 import torch
 
-from drk_lab import runtime_checks
+import drk_lab
+from drk_lab.hacks import runtime_checks
 
 WATCHED_PREFIXES = ("torch", "triton", "drk_lab", "numpy")
 WATCHED_STDLIB = {"builtins", "time", "os", "sys", "math", "random", "gc", "threading", "signal", "socket",
@@ -244,6 +245,9 @@ def release_cuda_caches(device: torch.device) -> None:
     torch.cuda.empty_cache()
 
 
+PACKAGE_DIR = os.path.realpath(os.path.dirname(drk_lab.__file__))  # the whole drk_lab package, not this folder
+
+
 def _is_harness_file(module) -> bool:
     file = getattr(module, "__file__", None)
-    return file is not None and os.path.realpath(file).startswith(os.path.dirname(os.path.realpath(__file__)))
+    return file is not None and os.path.realpath(file).startswith(PACKAGE_DIR + os.sep)

@@ -24,7 +24,7 @@ import inspect
 
 import torch
 
-from drk_lab.policy import Completion
+from drk_lab.policies.base import Completion
 
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_new_tokens", "max_tokens", "seed"}
 

@@ -32,7 +32,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
 
-from drk_lab.policy import Completion
+from drk_lab.policies.base import Completion
 
 SAMPLING_TO_REQUEST = {
     "temperature": "temperature",

@@ -8,7 +8,7 @@ import os
 import statistics
 from pathlib import Path
 
-from drk_lab.gpu_clocks import clock_state
+from drk_lab.harness.gpu_clocks import clock_state
 
 FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench's flush; the H200's L2 holds 60 MB
 # A spin on the GPU after each flush (about 0.1 ms at 2 GHz): the GPU reaches the start event only

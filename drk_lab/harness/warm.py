@@ -9,10 +9,10 @@ import torch
 import triton
 import triton.language as tl
 
-from drk_lab import correctness
-from drk_lab.gpu_clocks import clock_state
-from drk_lab.gpulock import LIFECYCLE_LOCK, GpuLock
-from drk_lab.profiler import new_profile
+from drk_lab.harness import correctness
+from drk_lab.harness.gpu_clocks import clock_state
+from drk_lab.harness.gpulock import LIFECYCLE_LOCK, GpuLock
+from drk_lab.harness.profiler import new_profile
 
 
 @triton.jit

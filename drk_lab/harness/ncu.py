@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drk_lab.profiler import candidate_matcher, short_name
+from drk_lab.harness.profiler import candidate_matcher, short_name
 
 NCU_METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
@@ -24,7 +24,7 @@ NCU_METRICS = {
 SCRIPT_NAME = "ncu_forward.py"
 
 _SCRIPT = '''\
-"""Written by drk_lab.profiler_ncu: one profiled forward of ModelNew for Nsight Compute."""
+"""Written by drk_lab.harness.ncu: one profiled forward of ModelNew for Nsight Compute."""
 import importlib.util
 import sys
 

@@ -11,12 +11,12 @@ import threading
 
 import torch
 
-from drk_lab import correctness
+from drk_lab.harness import correctness
 
 # Modules whose attributes a candidate must not replace: what the harness times and compares with.
 WATCHED_MODULES = ("torch", "torch.cuda", "torch.nn.functional", "torch.Tensor", "torch._C.TensorBase", "torch.cuda.Event",
-                   "time", "triton", "triton.testing", "drk_lab.correctness", "drk_lab.timing",
-                   "drk_lab.worker", "drk_lab.launches")
+                   "time", "triton", "triton.testing", "drk_lab.harness.correctness", "drk_lab.harness.timing",
+                   "drk_lab.harness.worker", "drk_lab.harness.launches")
 
 
 def resolve(dotted: str):
@@ -105,7 +105,7 @@ class Snapshot:
 def child_processes() -> list[int]:
     import os
 
-    from drk_lab.sandbox import parents
+    from drk_lab.harness.sandbox import parents
 
     me = os.getpid()
     return [pid for pid, parent in parents().items() if parent == me]

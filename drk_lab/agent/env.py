@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 
-from drk_lab.evaluate import evaluate
-from drk_lab.result import EvalResult
-from drk_lab.reward import get_reward
-from drk_lab.task import Task
+from drk_lab.harness.evaluate import evaluate
+from drk_lab.harness.result import EvalResult
+from drk_lab.agent.rewards import get_reward
+from drk_lab.harness.task import Task
 
 EXTRACTION_OUTCOMES = ("ok", "no_code", "unclosed_block", "truncated")
 NO_CODE_KIND = "no_code"
@@ -289,7 +289,7 @@ def evaluation_sections(result: EvalResult) -> tuple[str, str, str]:
     if metrics:
         parts.append("\n".join(metrics))
     if result.kernels:
-        from drk_lab.profiler import format_kernel_table
+        from drk_lab.harness.profiler import format_kernel_table
 
         parts.append("Kernels in one forward call:\n" + format_kernel_table(result.kernels))
     if result.bottleneck:
@@ -325,7 +325,7 @@ def format_feedback(result: EvalResult, max_tokens: int = 2048, tokenizer=None, 
 # -- the environment ---------------------------------------------------------------------------
 class KernelEnv:
     """One task, several turns: each step extracts the code of a reply, evaluates it, scores it and
-    answers with feedback. `eval_kwargs` go to drk_lab.evaluate (device, timing, correctness_trials,
+    answers with feedback. `eval_kwargs` go to drk_lab.harness.evaluate (device, timing, correctness_trials,
     timeout_s, ...). `messages` holds the whole conversation (system prompt if any, the prompt, then
     assistant reply / user feedback pairs; the last reply has no feedback message after it)."""
 
