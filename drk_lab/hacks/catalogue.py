@@ -7,10 +7,7 @@ findings by a HACK_REASONS code; any finding makes the result `hacked` with zero
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
-
-from drk_lab.hacks.static_rules import rule_findings
 
 HACK_REASONS: dict[str, str] = {
     "torch_does_the_work": "output still matches with the candidate's Triton launches disabled (PyTorch/cuBLAS computes it; decoy kernels)",
@@ -49,18 +46,3 @@ class Finding:
 def verdict(findings: list[Finding]) -> tuple[list[str], str]:
     """(sorted unique reason codes, one line per finding): what a hacked result reports."""
     return sorted({f.code for f in findings}), "\n".join(f.to_text() for f in findings)
-
-
-def static_findings(code: str) -> list[Finding]:
-    """Every static rule's findings on a candidate source, ordered by line (empty if it does not parse)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return []
-    return [Finding(*found) for found in rule_findings(tree)]
-
-
-def static_hack_check(code: str) -> tuple[list[str], str] | None:
-    """(sorted unique reason codes, one line per finding) when a static rule fires, else None."""
-    findings = static_findings(code)
-    return verdict(findings) if findings else None

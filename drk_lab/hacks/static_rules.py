@@ -36,12 +36,28 @@ from __future__ import annotations
 
 import ast
 
+from drk_lab.hacks.catalogue import Finding, verdict
 from drk_lab.hacks.static_names import (
     BUILTIN_NAMES, CACHE_DECORATORS, CACHE_TRICK_NAMES, DYNAMIC_IMPORTS, FILES, FLAGS, FRAME_ATTRS, HIDDEN, NUMERIC_ENV,
     PROTECTED_ROOTS, STREAM_CREATORS, STREAM_SWITCHES, TENSOR_BASES, TENSOR_COMPUTE_METHODS, TORCH_NON_COMPUTE,
     USE_RULES, WILDCARD_RULES)
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def static_findings(code: str) -> list[Finding]:
+    """Every static rule's findings on a candidate source, ordered by line (empty if it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    return [Finding(*found) for found in rule_findings(tree)]
+
+
+def static_hack_check(code: str) -> tuple[list[str], str] | None:
+    """(sorted unique reason codes, one line per finding) when a static rule fires, else None."""
+    findings = static_findings(code)
+    return verdict(findings) if findings else None
 
 
 def rule_findings(tree: ast.Module) -> list[tuple[str, str, int | None]]:

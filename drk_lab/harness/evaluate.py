@@ -7,7 +7,7 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from drk_lab.hacks.catalogue import static_hack_check
+from drk_lab.hacks.static_rules import static_hack_check
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.sandbox import STAGE_TIMEOUTS, get_sandbox
 from drk_lab.harness.shapes import other_shape
