@@ -55,7 +55,7 @@ class TaskRouter:
     task's source, not its name, so the first user message (the task's prompt) is looked up."""
 
     def __init__(self, policy, tasks: list):
-        from drk_lab.agent.env import initial_prompt
+        from drk_lab.agent.prompts import initial_prompt
 
         self.policy = policy
         self.names = {initial_prompt(t): t.name for t in tasks}
@@ -105,7 +105,7 @@ def make_policy(spec: str, tasks: list, args) -> tuple[object, list]:
 
 
 def make_schedule(args):
-    from drk_lab.agent.episodes import episode_schedule, stts_schedule
+    from drk_lab.agent.context import episode_schedule, stts_schedule
 
     if args.stts:
         if args.turns is not None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import drk_lab as drk
+from drk_lab.agent.trajectory import read_jsonl
 from drk_lab.cli import main, make_schedule
-from drk_lab.agent.episodes import read_jsonl
 from drk_lab.policies.evolve import extract_code
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,9 @@ import json
 import pytest
 
 import drk_lab as drk
-from drk_lab.agent.episodes import (Trajectory, build_messages, episode_schedule, read_jsonl, run_episode, run_many,
-                             run_stts, select_turns, stts_schedule, stts_total_turns, write_jsonl)
+from drk_lab.agent.context import build_messages, episode_schedule, select_turns, stts_schedule, stts_total_turns
+from drk_lab.agent.episodes import run_episode, run_many, run_stts
+from drk_lab.agent.trajectory import Trajectory, read_jsonl, write_jsonl
 from drk_lab.policies.base import Completion
 from drk_lab.policies.scripted import ScriptedPolicy
 

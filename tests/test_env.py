@@ -4,8 +4,9 @@ middle truncation with and without a real tokenizer."""
 import pytest
 
 import drk_lab as drk
-from drk_lab.agent.env import (REQUEST_FASTER, REQUEST_FIX, count_tokens, evaluation_text, extract_code,
-                         format_feedback, initial_prompt, truncate_middle)
+from drk_lab.agent.env import extract_code
+from drk_lab.agent.feedback import count_tokens, evaluation_text, format_feedback, truncate_middle
+from drk_lab.agent.prompts import REQUEST_FASTER, REQUEST_FIX, initial_prompt
 from drk_lab.harness.result import EvalResult
 
 

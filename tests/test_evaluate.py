@@ -8,8 +8,8 @@ import tempfile
 import pytest
 
 import drk_lab as drk
-from drk_lab.quickstart import load_variants
 from drk_lab.harness.validity import check_candidate
+from drk_lab.quickstart import load_variants
 
 CPU_VARIANTS = [v for v in load_variants() if v.device is None]
 

@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import drk_lab as drk
-from drk_lab.policies.launch_search import mutate, tunable_parameters
-from drk_lab.policies.evolve import EvolutionaryPolicy, extract_code, parse_feedback
 from drk_lab.harness.task import DATA_DIR
+from drk_lab.policies.evolve import EvolutionaryPolicy, extract_code, parse_feedback
+from drk_lab.policies.launch_search import mutate, tunable_parameters
 
 PLAIN = {f"{p.parent.name}/{p.stem}": p.read_text() for p in sorted((DATA_DIR / "plain").glob("level*/*.py"))}
 SOLUTIONS = {f"{p.parent.name}/{p.stem}": p.read_text() for p in sorted((DATA_DIR / "solutions").glob("level*/*.py"))}

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import drk_lab as drk
-from drk_lab.quickstart import HACKS_DIR, load_variants
 from drk_lab.hacks.runtime_checks import precision_findings
+from drk_lab.quickstart import HACKS_DIR, load_variants
 
 PLANTS = [v for v in load_variants(HACKS_DIR) if v.device is None]
 # Cheats that fail without being named: at the task's tolerance their constant is plainly wrong, and a

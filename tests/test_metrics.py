@@ -3,7 +3,7 @@ import math
 import pytest
 
 from drk_lab.agent.metrics import (best_over_turns, correct_rate, fast_p, fast_p_table, format_table, geomean_speedup,
-                             level_summary, mean_speedup)
+                                   level_summary, mean_speedup)
 from drk_lab.harness.result import EvalResult
 
 

@@ -300,8 +300,9 @@ def test_openai_policy_connection_refused():
 
 
 def test_episode_with_the_tiny_transformer_records_tokens_and_classifies_its_replies(tiny, tasks, tmp_path):
-    from drk_lab.agent.episodes import read_jsonl, run_episode
-    from drk_lab.agent.env import count_tokens
+    from drk_lab.agent.episodes import run_episode
+    from drk_lab.agent.feedback import count_tokens
+    from drk_lab.agent.trajectory import read_jsonl
 
     model, tokenizer = tiny
     policy = TransformersPolicy(model, tokenizer, device="cpu", max_new_tokens=12)

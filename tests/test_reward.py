@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from drk_lab.harness.result import ERROR_KINDS, EvalResult
 from drk_lab.agent.rewards import REWARDS, bottleneck, drkernel, get_reward, kevin, tiered
+from drk_lab.harness.result import ERROR_KINDS, EvalResult
 
 
 def timed(speedup, coverage=None, valid=True):

@@ -9,10 +9,10 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from drk_lab.agent.episodes import episode_schedule  # noqa: E402
+from drk_lab.agent.context import episode_schedule  # noqa: E402
 from drk_lab.policies.huggingface import TransformersPolicy  # noqa: E402
-from drk_lab.rl.rollout import (  # noqa: E402
-    ENV_TURN, build_batch, collect_rollouts, encode, feedback_glue, template_text)
+from drk_lab.rl.batch import ENV_TURN, build_batch
+from drk_lab.rl.rollout import collect_rollouts, encode, feedback_glue, template_text
 from drk_lab.rl.trainer import sequence_logprobs  # noqa: E402
 from drk_lab.tiny_model import load_tiny  # noqa: E402
 

@@ -15,7 +15,12 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import drk_lab as drk  # noqa: E402
-from drk_lab.agent.episodes import Trajectory, Turn, read_jsonl, write_jsonl  # noqa: E402
+from drk_lab.agent.trajectory import (  # noqa: E402
+    Trajectory,
+    Turn,
+    read_jsonl,  # noqa: E402
+    write_jsonl,
+)
 from drk_lab.harness.result import EvalResult  # noqa: E402
 from drk_lab.rl.sft import (  # noqa: E402
     ColdStartError,

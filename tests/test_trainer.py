@@ -17,10 +17,12 @@ pytest.importorskip("trl")
 
 import torch  # noqa: E402
 
-from drk_lab.agent.episodes import episode_schedule, read_jsonl  # noqa: E402
+from drk_lab.agent.context import episode_schedule  # noqa: E402
+from drk_lab.agent.trajectory import read_jsonl  # noqa: E402
 from drk_lab.policies.huggingface import TransformersPolicy  # noqa: E402
+from drk_lab.rl.batch import build_batch  # noqa: E402
 from drk_lab.rl.loss import clipped_policy_loss  # noqa: E402
-from drk_lab.rl.rollout import build_batch, collect_rollouts  # noqa: E402
+from drk_lab.rl.rollout import collect_rollouts  # noqa: E402
 from drk_lab.rl.runlog import RunLog, read_log  # noqa: E402
 from drk_lab.rl.trainer import RLTrainer, lr_factor, sequence_logprobs  # noqa: E402
 from drk_lab.tiny_model import load_tiny  # noqa: E402

@@ -17,12 +17,13 @@ import inspect
 import math
 from typing import Callable
 
+from drk_lab.hacks.catalogue import ERROR_KINDS
 from drk_lab.harness.result import EvalResult
 
 # error kinds where the candidate never got to run its forward
-COMPILE_FAILURES = frozenset({"no_code", "syntax", "no_modelnew", "no_triton_kernel", "load", "compile"})
+COMPILE_FAILURES = frozenset(k.name for k in ERROR_KINDS.values() if k.before_forward)
 # error kinds that are not the candidate's fault: no reward, no penalty
-NOT_CANDIDATES_FAULT = frozenset({"reference", "harness"})
+NOT_CANDIDATES_FAULT = frozenset(k.name for k in ERROR_KINDS.values() if not k.candidates_fault)
 
 
 def is_hacked(result: EvalResult) -> bool:

@@ -11,9 +11,9 @@ from drk_lab.hacks.static_rules import static_hack_check
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.sandbox import STAGE_TIMEOUTS, get_sandbox
 from drk_lab.harness.shapes import other_shape
-from drk_lab.harness.validity import check_candidate
 from drk_lab.harness.task import Task
 from drk_lab.harness.timing import FLUSH_BYTES, baseline_key, cache_dir, load_baseline, save_baseline
+from drk_lab.harness.validity import check_candidate
 
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
                    "where times mean nothing; speedups need a CUDA GPU")

@@ -5,27 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-# The fixed set of failure classes. None means the evaluation found nothing wrong.
-ERROR_KINDS = (
-    "no_code",  # the model's reply held no code to evaluate (KernelEnv)
-    "syntax",  # the candidate does not parse
-    "no_modelnew",  # no class ModelNew
-    "no_triton_kernel",  # no @triton.jit function
-    "load",  # executing the module or constructing ModelNew raised
-    "compile",  # Triton failed to compile a kernel
-    "runtime",  # the forward raised
-    "cuda_illegal_access",  # illegal address / misaligned access: the CUDA context is lost
-    "cuda_error",  # any other CUDA error
-    "timeout",  # a stage or the whole evaluation ran past its limit
-    "oom",  # GPU or host memory exhausted
-    "mismatch",  # wrong values, shape, dtype, device or output type
-    "hacked",  # a reward-hacking check fired (see hack_reasons)
-    "exit",  # the candidate called sys.exit / os._exit / exit()
-    "segfault",  # the worker died from a fatal signal (SIGSEGV, SIGBUS, SIGABRT, ...)
-    "worker_crash",  # the worker died and nothing else explains it
-    "reference",  # the task's own reference failed (not the candidate's fault)
-    "harness",  # a bug in drk_lab itself
-)
+from drk_lab.hacks import catalogue
+
+# The fixed set of failure classes (hacks/catalogue.py says what each means). None: nothing was wrong.
+ERROR_KINDS = tuple(catalogue.ERROR_KINDS)
 
 
 @dataclass

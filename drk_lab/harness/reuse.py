@@ -23,15 +23,14 @@ import threading
 
 import torch
 
-import drk_lab
-from drk_lab.hacks import runtime_checks
+from drk_lab.hacks import catalogue, runtime_checks
 
 WATCHED_PREFIXES = ("torch", "triton", "drk_lab", "numpy")
 WATCHED_STDLIB = {"builtins", "time", "os", "sys", "math", "random", "gc", "threading", "signal", "socket",
                   "subprocess", "select", "json", "importlib", "functools", "operator", "ctypes", "io",
                   "pickle", "copy", "contextlib", "traceback", "types", "weakref", "tempfile", "shutil"}
 # outcomes after which a worker may be reused (if the world is unchanged); after anything else it retires
-REUSABLE_OUTCOMES = {None, "mismatch", "load", "compile", "runtime", "no_triton_kernel"}
+REUSABLE_OUTCOMES = {None} | {k.name for k in catalogue.ERROR_KINDS.values() if k.worker_reusable}
 # module globals that honest runs change on their own (counters, lazily filled caches)
 CHANGING = {("sys", "last_exc"), ("sys", "last_type"), ("sys", "last_value"), ("sys", "last_traceback")}
 # Triton's CPU interpreter patches triton.language for every @triton.jit helper a kernel calls and never
@@ -245,7 +244,7 @@ def release_cuda_caches(device: torch.device) -> None:
     torch.cuda.empty_cache()
 
 
-PACKAGE_DIR = os.path.realpath(os.path.dirname(drk_lab.__file__))  # the whole drk_lab package, not this folder
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # drk_lab/, not only harness/
 
 
 def _is_harness_file(module) -> bool:

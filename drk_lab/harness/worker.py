@@ -20,13 +20,12 @@ from functools import partial
 
 import torch
 
-from drk_lab.harness import correctness
 from drk_lab.hacks import runtime_checks
-from drk_lab.harness.gpulock import LIFECYCLE_LOCK, GpuLock
 from drk_lab.hacks.catalogue import Finding, verdict
+from drk_lab.harness import correctness
+from drk_lab.harness.gpulock import LIFECYCLE_LOCK, GpuLock
 from drk_lab.harness.launches import KernelLaunches
 from drk_lab.harness.timing import time_cuda
-
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
 
@@ -285,8 +284,8 @@ class Worker:
     def ncu_metrics(self, kernel_names: set[str], result: dict) -> dict:
         """Nsight Compute's DRAM throughput and occupancy per candidate kernel, added to its row of
         the kernel table; ncu replays kernels, so it holds the GPU alone."""
-        from drk_lab.harness.profiler import candidate_matcher
         from drk_lab.harness.ncu import ncu_metrics
+        from drk_lab.harness.profiler import candidate_matcher
         from drk_lab.harness.sandbox import stage_limit
 
         self.stage("wait_lock")

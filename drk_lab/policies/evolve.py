@@ -16,8 +16,8 @@ import threading
 from collections import deque
 
 from drk_lab.agent.env import extract_code as extract_reply_code
-from drk_lab.policies.launch_search import mutate, neighbours, tunable_parameters
 from drk_lab.policies.base import Completion
+from drk_lab.policies.launch_search import mutate, neighbours, tunable_parameters
 
 ELITE_SIZE = 5
 

@@ -50,11 +50,13 @@ from pathlib import Path
 
 import torch
 
-from drk_lab.agent.episodes import episode_schedule, stts_schedule, write_jsonl
+from drk_lab.agent.context import episode_schedule, stts_schedule
+from drk_lab.agent.trajectory import write_jsonl
 from drk_lab.rl.advantages import advantages_from_returns, returns_to_go
+from drk_lab.rl.batch import SequenceBatch, build_batch
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
-from drk_lab.rl.rollout import SequenceBatch, TokenPolicy, build_batch, collect_rollouts
+from drk_lab.rl.rollout import TokenPolicy, collect_rollouts
 from drk_lab.rl.runlog import LOSS_METRICS, RunLog, step_row
 
 CHECKPOINT_PREFIX = "step_"
