@@ -140,7 +140,7 @@ REQUIRED = ["step", "lr", "loss", "reward_mean", "reward_mean/turn_1", "reward_m
 def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, relu_small, relu_solution, tmp_path):
     force = force_solution(relu_solution)
     first = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, checkpoint_every=1), force_responses=force)
-    assert first.samples == 2 and first.mrs_upper == 1.001  # given and default settings, as attributes
+    assert first.settings.samples == 2 and first.settings.mrs_upper == 1.001  # given and default settings
     start = weights(first)
     rows = first.train(num_steps=2)
     end = weights(first)

@@ -3,9 +3,9 @@
     trainer = RLTrainer("Qwen/Qwen3-8B", drk.builtin_tasks(level=1), samples=16, turns=3, lr=1e-6)
     trainer.train(num_steps=100)
 
-Settings are keyword arguments of RLTrainer (grouped there by topic), kept as attributes of the same
-names; `trainer.settings` holds them all as a plain dict (saved in each checkpoint's trainer.json and
-given to wandb as the run's config).
+Settings are one frozen RLSettings (rl/settings.py), given whole or as keyword arguments of the same
+names; `trainer.settings` holds them (saved in each checkpoint's trainer.json and given to the run log
+and wandb as the run's config).
 
 One step: rollouts (collect_rollouts: the model itself, unwrapped, samples at temperature 1 against
 KernelEnv; evaluations run concurrently) -> token batch -> log-probs recomputed by the trained model
@@ -45,7 +45,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -57,11 +57,11 @@ from drk_lab.rl.batch import SequenceBatch, build_batch
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
 from drk_lab.rl.rollout import TokenPolicy, collect_rollouts
+from drk_lab.rl.settings import RLSettings
 from drk_lab.rl.runlog import LOSS_METRICS, RunLog, step_row
 
 CHECKPOINT_PREFIX = "step_"
 GC_KWARGS = {"use_reentrant": False}
-NOT_SETTINGS = ("self", "model_or_path", "tasks", "tokenizer", "accelerator", "force_responses")
 
 
 def lr_factor(step: int, schedule: str, warmup_steps: int, total_steps: int | None, min_lr_ratio: float) -> float:
@@ -124,59 +124,12 @@ class RLTrainer:
     """See the module docstring. `model_or_path`: a model folder or hub name (loaded with its tokenizer), or a
     model object along with `tokenizer`."""
 
-    def __init__(
-        self, model_or_path, tasks, *, tokenizer=None,
-        # model
-        model_dtype: str | None = None,  # when the model is loaded from a path: "bfloat16", "float32", ...
-        lora: dict | None = None,  # peft LoraConfig arguments, e.g. {"r": 16, "target_modules": "all-linear"}
-        gradient_checkpointing: bool = False,
-        mixed_precision: str = "no",  # accelerate's: "no", "bf16", "fp16"
-        seed: int = 0,
-        # rollouts
-        prompts_per_step: int = 2,  # tasks per step over all processes (each gets `samples` episodes)
-        samples: int = 4,  # episodes per task: one group
-        turns: int = 3,
-        context_turns: int | None = None,  # None: full context; k: a rolling window of k earlier turns
-        context_strategy: str = "last_k",
-        stts: dict | None = None,  # {"max_user_turns", "remain_turns", "iterations", ...} instead of turns
-        reward_fn: str = "drkernel",
-        temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 512,
-        max_prompt_tokens: int | None = None, max_context_tokens: int | None = None, feedback_tokens: int = 2048,
-        system_prompt: str | None = None, chat_template_kwargs: dict | None = None, generation_batch_size: int = 8,
-        eval_kwargs: dict | None = None,  # to drk_lab.harness.evaluate (device, correctness_trials, ...)
-        max_workers: int | None = None, shuffle_tasks: bool = True,
-        # filters
-        mrs: bool = True,  # off: nothing is rejected, but what MRS would reject is still logged
-        mrs_lower: float = 0.999, mrs_upper: float = 1.001, mrs_token_veto: float = 1e-4,
-        prs: bool = True, prs_threshold: float = 0.3, prs_width: float = 0.1, prs_keep_if_speedup: float | None = None,
-        # advantages
-        advantage: str = "trloo",  # or "grpo" (multi-turn GRPO, for comparison)
-        gamma: float = 1.0, std_normalize: bool = False,
-        returns_include_rejected: bool = True,  # a PRS-rejected turn's reward still counts in earlier returns
-        # loss and optimizer
-        eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float | None = 3.0, grad_clip: float = 1.0,
-        lr: float = 1e-6, weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
-        lr_schedule: str = "constant",  # or "cosine"
-        warmup_steps: int = 0,
-        total_steps: int | None = None,  # optimizer steps the cosine spans (default: train()'s num_steps)
-        min_lr_ratio: float = 0.0,
-        micro_batch_size: int = 1,  # sequences per forward/backward
-        mini_batches: int = 1,  # optimizer steps per rollout batch (PPO-style; >1 makes the ratio clip bite)
-        padding_side: str = "right",
-        # checkpoints and logging
-        checkpoint_dir: str | None = None,
-        checkpoint_every: int = 0,  # steps; 0: only when save_checkpoint() is called
-        resume_from: str | None = None,  # a checkpoint folder, or "latest" (in checkpoint_dir)
-        log_dir: str | None = None, save_rollouts: bool = True,
-        wandb: bool = False, wandb_project: str = "drk_lab", wandb_mode: str = "offline",
-        wandb_run_name: str | None = None,
-        # objects
-        accelerator=None,  # default: Accelerator(mixed_precision=mixed_precision)
-        force_responses=None,  # (task, sample, turn) -> str | None replaces replies (see collect_rollouts)
-    ):
-        # first, while locals() holds only the arguments: the settings become attributes of the same names
-        self.settings = {name: value for name, value in locals().items() if name not in NOT_SETTINGS}
-        vars(self).update(self.settings)
+    def __init__(self, model_or_path, tasks, settings: RLSettings | None = None, *, tokenizer=None, accelerator=None,
+                 force_responses=None, **changes):
+        """`settings` (default RLSettings()) with `changes` applied by name; `accelerator` defaults to
+        Accelerator(mixed_precision=settings.mixed_precision); `force_responses(task, sample, turn)` may
+        replace replies by given text (see collect_rollouts)."""
+        self.settings = s = replace(settings or RLSettings(), **changes)
         from accelerate import Accelerator
         from accelerate.utils import set_seed
         from trl.trainer.utils import disable_dropout_in_model
@@ -184,25 +137,24 @@ class RLTrainer:
         self.tasks = list(tasks)
         if not self.tasks:
             raise ValueError("RLTrainer needs at least one task")
-        self.accelerator = accelerator or Accelerator(mixed_precision=mixed_precision)
-        if prompts_per_step < self.accelerator.num_processes:
-            raise ValueError(f"prompts_per_step={prompts_per_step} is fewer than the "
+        self.accelerator = accelerator or Accelerator(mixed_precision=s.mixed_precision)
+        if s.prompts_per_step < self.accelerator.num_processes:
+            raise ValueError(f"prompts_per_step={s.prompts_per_step} is fewer than the "
                              f"{self.accelerator.num_processes} processes")
-        set_seed(seed)
-        model, self.tokenizer = _load_model(model_or_path, tokenizer, model_dtype)
-        if lora:
+        set_seed(s.seed)
+        model, self.tokenizer = _load_model(model_or_path, tokenizer, s.model_dtype)
+        if s.lora:
             from peft import LoraConfig, get_peft_model
 
-            if not isinstance(lora, LoraConfig):
-                lora = LoraConfig(task_type="CAUSAL_LM", **lora)
+            lora = s.lora if isinstance(s.lora, LoraConfig) else LoraConfig(task_type="CAUSAL_LM", **s.lora)
             model = get_peft_model(model, lora)
         disable_dropout_in_model(model)
-        if gradient_checkpointing:
+        if s.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=GC_KWARGS)
-            if lora:
+            if s.lora:
                 model.enable_input_require_grads()
         self.params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(self.params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        optimizer = torch.optim.AdamW(self.params, lr=s.lr, betas=tuple(s.betas), weight_decay=s.weight_decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.scheduler = None
@@ -211,23 +163,23 @@ class RLTrainer:
         self.log: RunLog | None = None
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
-        if resume_from:
-            self.load_checkpoint(resume_from)
+        if s.resume_from:
+            self.load_checkpoint(s.resume_from)
 
     # -- schedule and checkpoints ----------------------------------------------------------------
     def _ensure_scheduler(self, num_steps: int | None, total: int | None = None) -> None:
         if self.scheduler is not None:
             return
-        total = total or self.total_steps or (num_steps * self.mini_batches if num_steps else None)
+        total = total or self.settings.total_steps or (num_steps * self.settings.mini_batches if num_steps else None)
         self.schedule_total = total
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.optimizer, lambda step: lr_factor(
-            step, self.lr_schedule, self.warmup_steps, total, self.min_lr_ratio))
+            step, self.settings.lr_schedule, self.settings.warmup_steps, total, self.settings.min_lr_ratio))
         self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def checkpoint_path(self, step: int) -> Path:
-        if not self.checkpoint_dir:
+        if not self.settings.checkpoint_dir:
             raise ValueError("pass checkpoint_dir to save checkpoints")
-        return Path(self.checkpoint_dir) / f"{CHECKPOINT_PREFIX}{step:06d}"
+        return Path(self.settings.checkpoint_dir) / f"{CHECKPOINT_PREFIX}{step:06d}"
 
     def save_checkpoint(self) -> Path:
         self._ensure_scheduler(None)
@@ -236,15 +188,15 @@ class RLTrainer:
         if self.accelerator.is_main_process:
             (path / "trainer.json").write_text(json.dumps(
                 {"step": self.state.step, "schedule_total": self.schedule_total,
-                 "settings": self.settings}, indent=1, default=str))
+                 "settings": self.settings.to_dict()}, indent=1, default=str))
         self.accelerator.wait_for_everyone()
         return path
 
     def load_checkpoint(self, path: str) -> None:
         if path == "latest":
-            found = sorted(Path(self.checkpoint_dir or ".").glob(f"{CHECKPOINT_PREFIX}*/trainer.json"))
+            found = sorted(Path(self.settings.checkpoint_dir or ".").glob(f"{CHECKPOINT_PREFIX}*/trainer.json"))
             if not found:
-                raise FileNotFoundError(f"no checkpoint in {self.checkpoint_dir}")
+                raise FileNotFoundError(f"no checkpoint in {self.settings.checkpoint_dir}")
             path = str(found[-1].parent)
         saved = json.loads((Path(path) / "trainer.json").read_text())
         self._ensure_scheduler(None, saved.get("schedule_total"))
@@ -253,45 +205,45 @@ class RLTrainer:
     # -- one step --------------------------------------------------------------------------------
     def step_tasks(self, step: int) -> list:
         """This process's tasks for `step` (a pure function of the step and seed, so resuming repeats it)."""
-        n, k = len(self.tasks), self.prompts_per_step
+        n, k = len(self.tasks), self.settings.prompts_per_step
         chosen = []
         for j in range(step * k, (step + 1) * k):
             epoch, pos = divmod(j, n)
             order = list(range(n))
-            if self.shuffle_tasks:
-                random.Random(self.seed * 7919 + epoch).shuffle(order)
+            if self.settings.shuffle_tasks:
+                random.Random(self.settings.seed * 7919 + epoch).shuffle(order)
             chosen.append(self.tasks[order[pos]])
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         return chosen[rank * k // world:(rank + 1) * k // world]
 
     def schedule(self):
-        if self.stts:
-            return stts_schedule(**self.stts)
-        return episode_schedule(self.turns, self.context_turns, self.context_strategy)
+        if self.settings.stts:
+            return stts_schedule(**self.settings.stts)
+        return episode_schedule(self.settings.turns, self.settings.context_turns, self.settings.context_strategy)
 
     def _seed(self, step: int, salt: int) -> int:
-        return ((self.seed * 1_000_003 + step) * 1009 + self.accelerator.process_index) * 7 + salt
+        return ((self.settings.seed * 1_000_003 + step) * 1009 + self.accelerator.process_index) * 7 + salt
 
     def rollout(self, step: int):
         from trl.models.utils import unwrap_model_for_generation
 
-        sampling = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                    "max_new_tokens": self.max_new_tokens}
+        sampling = {"temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
+                    "max_new_tokens": self.settings.max_new_tokens}
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
         with unwrapped_model as unwrapped, self.accelerator.autocast():
             policy = TokenPolicy(unwrapped, self.tokenizer, device=self.accelerator.device,
-                                 max_new_tokens=self.max_new_tokens, batch_size=self.generation_batch_size,
-                                 chat_template_kwargs=self.chat_template_kwargs)
+                                 max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
+                                 chat_template_kwargs=self.settings.chat_template_kwargs)
             return collect_rollouts(
-                policy, self.step_tasks(step), samples=self.samples, schedule=self.schedule(),
-                reward_fn=self.reward_fn, sampling=sampling, seed=self._seed(step, 1),
-                feedback_tokens=self.feedback_tokens, max_prompt_tokens=self.max_prompt_tokens,
-                max_context_tokens=self.max_context_tokens, system_prompt=self.system_prompt,
-                force_responses=self.force_responses, max_workers=self.max_workers, **(self.eval_kwargs or {}))
+                policy, self.step_tasks(step), samples=self.settings.samples, schedule=self.schedule(),
+                reward_fn=self.settings.reward_fn, sampling=sampling, seed=self._seed(step, 1),
+                feedback_tokens=self.settings.feedback_tokens, max_prompt_tokens=self.settings.max_prompt_tokens,
+                max_context_tokens=self.settings.max_context_tokens, system_prompt=self.settings.system_prompt,
+                force_responses=self.force_responses, max_workers=self.settings.max_workers, **(self.settings.eval_kwargs or {}))
 
     def _micro_batches(self, index: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.split(index, self.micro_batch_size)) or [index]
+        return list(torch.split(index, self.settings.micro_batch_size)) or [index]
 
     @torch.no_grad()
     def recompute_logprobs(self, batch: SequenceBatch) -> torch.Tensor:
@@ -314,18 +266,18 @@ class RLTrainer:
         keep_traj = torch.ones(batch.rewards.shape[0], dtype=torch.bool)
         train_flat, mask = batch.per_trajectory(old_logp)
         rollout_flat, _ = batch.per_trajectory(batch.rollout_logp)
-        keep, mrs_metrics = mismatch_rejection(train_flat, rollout_flat, mask, self.mrs_lower, self.mrs_upper,
-                                               self.mrs_token_veto)
+        keep, mrs_metrics = mismatch_rejection(train_flat, rollout_flat, mask, self.settings.mrs_lower, self.settings.mrs_upper,
+                                               self.settings.mrs_token_veto)
         metrics.update(mrs_metrics)
-        if self.mrs:
+        if self.settings.mrs:
             keep_traj = keep
         valid = batch.exists & keep_traj[:, None]
-        if self.prs:
+        if self.settings.prs:
             generator = torch.Generator().manual_seed(self._seed(step, 2))
             keep_turn, prs_metrics = profiling_rejection_with_metrics(
-                batch.coverage[batch.exists], batch.correct[batch.exists], self.prs_threshold, self.prs_width, generator,
+                batch.coverage[batch.exists], batch.correct[batch.exists], self.settings.prs_threshold, self.settings.prs_width, generator,
                 hacked=batch.hacked[batch.exists], speedup=batch.speedup[batch.exists],
-                keep_if_speedup=self.prs_keep_if_speedup)
+                keep_if_speedup=self.settings.prs_keep_if_speedup)
             prs_keep = torch.ones_like(valid)
             prs_keep[batch.exists] = keep_turn
             valid &= prs_keep
@@ -333,12 +285,12 @@ class RLTrainer:
         return valid, metrics
 
     def advantages(self, batch: SequenceBatch, valid: torch.Tensor) -> torch.Tensor:
-        if self.advantage not in ("trloo", "grpo"):
-            raise ValueError(f"advantage must be 'trloo' or 'grpo', got {self.advantage!r}")
-        returns = returns_to_go(batch.rewards, batch.exists if self.returns_include_rejected else valid, self.gamma)
-        return advantages_from_returns(returns, batch.group, valid, leave_one_out=self.advantage == "trloo",
-                                       single="return" if self.advantage == "trloo" else "zero",
-                                       std_normalize=self.std_normalize)
+        if self.settings.advantage not in ("trloo", "grpo"):
+            raise ValueError(f"advantage must be 'trloo' or 'grpo', got {self.settings.advantage!r}")
+        returns = returns_to_go(batch.rewards, batch.exists if self.settings.returns_include_rejected else valid, self.settings.gamma)
+        return advantages_from_returns(returns, batch.group, valid, leave_one_out=self.settings.advantage == "trloo",
+                                       single="return" if self.settings.advantage == "trloo" else "zero",
+                                       std_normalize=self.settings.std_normalize)
 
     def _global_sum(self, value: float) -> float:
         return float(self.accelerator.reduce(torch.tensor([float(value)], device=self.accelerator.device), "sum"))
@@ -352,7 +304,7 @@ class RLTrainer:
         sums = {name: 0.0 for name in ("loss", "entropy", "tokens", *LOSS_METRICS)}
         grad_norms, forward_tokens = [], 0
         self.model.train()
-        for mini in torch.tensor_split(torch.arange(batch.num_sequences), self.mini_batches):
+        for mini in torch.tensor_split(torch.arange(batch.num_sequences), self.settings.mini_batches):
             count = self._global_sum(float(trained[mini].sum()))
             if count == 0:
                 continue
@@ -369,7 +321,7 @@ class RLTrainer:
                         logp, entropy = sequence_logprobs(self.model, rows, entropy=True)
                         loss, m = clipped_policy_loss(
                             logp, old_logp[index][:, cut].to(acc.device), token_adv[index][:, cut].to(acc.device),
-                            mask, eps_low=self.eps_low, eps_high=self.eps_high, dual_clip=self.dual_clip,
+                            mask, eps_low=self.settings.eps_low, eps_high=self.settings.eps_high, dual_clip=self.settings.dual_clip,
                             num_sequences=count / acc.num_processes)
                     acc.backward(loss)
                 forward_tokens += int(rows["attention_mask"].sum())
@@ -379,7 +331,7 @@ class RLTrainer:
                 sums["entropy"] += float(masked_mean(entropy, mask)) * tokens
                 for name in LOSS_METRICS:
                     sums[name] += float(m[name]) * tokens
-            grad_norms.append(float(acc.clip_grad_norm_(self.params, self.grad_clip)))
+            grad_norms.append(float(acc.clip_grad_norm_(self.params, self.settings.grad_clip)))
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -396,7 +348,7 @@ class RLTrainer:
         started = time.perf_counter()
         rollout = self.rollout(step)
         rollout_s = time.perf_counter() - started
-        batch = build_batch(rollout, self.pad_token_id, self.padding_side)
+        batch = build_batch(rollout, self.pad_token_id, self.settings.padding_side)
         train_started = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]  # what this step's (first) optimizer step uses
         old_logp = self.recompute_logprobs(batch)
@@ -408,16 +360,16 @@ class RLTrainer:
         row = step_row(acc, self.state.step, lr, rollout, batch, valid, adv,
                        filter_metrics, opt, {"rollout_s": rollout_s, "training_s": training_s,
                                              "step_s": time.perf_counter() - started})
-        if self.log_dir and acc.is_main_process:
+        if self.settings.log_dir and acc.is_main_process:
             if self.log is None:
-                self.log = RunLog(self.log_dir, wandb=self.wandb, wandb_project=self.wandb_project,
-                                  wandb_mode=self.wandb_mode, wandb_run_name=self.wandb_run_name, settings=self.settings)
+                self.log = RunLog(self.settings.log_dir, wandb=self.settings.wandb, wandb_project=self.settings.wandb_project,
+                                  wandb_mode=self.settings.wandb_mode, wandb_run_name=self.settings.wandb_run_name, settings=self.settings.to_dict())
             self.log.write(row)
-        if self.log_dir and self.save_rollouts:
+        if self.settings.log_dir and self.settings.save_rollouts:
             suffix = f"_rank{acc.process_index}" if acc.num_processes > 1 else ""
             name = f"step_{self.state.step:06d}{suffix}.jsonl"
-            write_jsonl(rollout.trajectories, Path(self.log_dir) / "rollouts" / name, append=False)
-        if self.checkpoint_every and self.state.step % self.checkpoint_every == 0:
+            write_jsonl(rollout.trajectories, Path(self.settings.log_dir) / "rollouts" / name, append=False)
+        if self.settings.checkpoint_every and self.state.step % self.settings.checkpoint_every == 0:
             self.save_checkpoint()
         return row
 
