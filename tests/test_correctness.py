@@ -31,3 +31,85 @@ def test_scale_does_not_excuse_real_errors():
     assert reference_scale(small.double()) == 1.0
     with pytest.raises(Mismatch):
         compare(small + 2e-4, small)
+
+
+# -- the bound, by hand ---------------------------------------------------------------------------
+# The reference [8, 0, 0, 0] has RMS sqrt(64 / 4) = 4, so atol counts 4 times and an element passes
+# when |out - ref| <= 4 * atol + rtol * |ref|: at the 8, 4 * atol + 8 * rtol; at a 0, 4 * atol.
+REF = [8.0, 0.0, 0.0, 0.0]
+CASES = [
+    # dtype, atol, rtol, index, inside, outside
+    (torch.float32, None, None, 0, 8.0011, 8.0013),  # defaults 1e-4: bound 4e-4 + 8e-4 = 1.2e-3
+    (torch.float32, None, None, 2, -3.9e-4, 4.1e-4),  # bound 4e-4
+    # defaults 1e-2: bound 0.04 + 0.08 = 0.12 at the 8, 0.04 at a 0; each dtype holds its values exactly
+    (torch.float16, None, None, 0, 8.109375, 8.125),
+    (torch.float16, None, None, 1, 0.0390625, 0.04296875),
+    (torch.bfloat16, None, None, 0, 8.0625, 8.125),  # bf16 steps by 1/16 here
+    (torch.bfloat16, None, None, 1, 0.0390625, 0.04296875),
+    (torch.float32, 0.01, 0.1, 0, 8.83, 8.85),  # bound 0.04 + 0.8 = 0.84
+    (torch.float32, 0.01, 0.1, 3, 0.039, -0.041),  # bound 0.04
+    (torch.float32, 0.0, 0.1, 0, 7.21, 7.19),  # rtol alone: bound 0.8
+    (torch.float32, 0.0, 0.1, 1, 0.0, 1e-30),  # rtol alone: a zero must be exact
+]
+
+
+def with_value(ref: torch.Tensor, index: int, value: float) -> torch.Tensor:
+    out = ref.clone()
+    out[index] = value
+    assert out.double()[index].item() == pytest.approx(value, abs=1e-6)  # the dtype holds it, near enough
+    return out
+
+
+@pytest.mark.parametrize("dtype, atol, rtol, index, inside, outside", CASES,
+                         ids=[f"{str(c[0])[6:]}-atol{c[1]}-rtol{c[2]}-at{c[3]}" for c in CASES])
+def test_an_error_just_inside_passes_and_just_outside_fails(dtype, atol, rtol, index, inside, outside):
+    ref = torch.tensor(REF, dtype=dtype)
+    assert reference_scale(ref.double()) == 4.0
+    err = compare(with_value(ref, index, inside), ref, atol, rtol)
+    assert err == pytest.approx(abs(inside - REF[index]), rel=1e-3)  # the largest absolute error
+    with pytest.raises(Mismatch, match=rf"output: 1 of 4 elements outside .* first at index \[{index}\]"):
+        compare(with_value(ref, index, outside), ref, atol, rtol)
+
+
+def test_rtol_is_what_lets_a_large_element_pass():
+    ref = torch.tensor(REF)
+    out = with_value(ref, 0, 8.5)  # error 0.5: far above 4 * atol = 0.04, within 0.04 + 8 * rtol = 0.84
+    compare(out, ref, atol=0.01, rtol=0.1)
+    with pytest.raises(Mismatch, match="atol=0.04 rtol=0"):
+        compare(out, ref, atol=0.01, rtol=0.0)
+
+
+@pytest.mark.parametrize("where", [(63, 32), (32, 16), (0, 32), (63, 0)])
+def test_a_wrong_value_anywhere_is_found(where):
+    ref = torch.arange(64 * 33, dtype=torch.float32).reshape(64, 33) / 1024
+    out = ref.clone()
+    out[where] += 0.5
+    with pytest.raises(Mismatch, match=rf"1 of 2112 elements .* first at index \[{where[0]}, {where[1]}\]"):
+        compare(out, ref)
+
+
+def test_nan_where_the_reference_has_a_number_and_back():
+    ref = torch.tensor([1.0, 2.0, float("nan"), 4.0])
+    assert compare(ref.clone(), ref) == 0.0  # NaN where the reference has NaN is right
+    out = ref.clone()
+    out[3] = float("nan")
+    with pytest.raises(Mismatch, match=r"1 of 4 elements .*1 NaN where the reference has a number; .* index \[3\]"):
+        compare(out, ref)
+    out = ref.clone()
+    out[2] = 3.0
+    with pytest.raises(Mismatch, match=r"1 of 4 elements .*0 NaN where .* first at index \[2\]: got 3, expected nan"):
+        compare(out, ref)
+
+
+def test_shape_dtype_and_count_mismatches_are_named():
+    ref = torch.zeros(3, 2)
+    with pytest.raises(Mismatch, match=r"^output: shape \(2, 3\), expected \(3, 2\)$"):
+        compare(torch.zeros(2, 3), ref)
+    with pytest.raises(Mismatch, match=r"^output: dtype torch.float16, expected torch.float32$"):
+        compare(torch.zeros(3, 2, dtype=torch.float16), ref)
+    with pytest.raises(Mismatch, match=r"^returned 1 outputs, the reference returns 2$"):
+        compare(ref, (ref, ref))
+    with pytest.raises(Mismatch, match=r"^output 1: shape \(3,\), expected \(3, 2\)$"):
+        compare((ref, torch.zeros(3)), (ref, ref))
+    with pytest.raises(Mismatch, match=r"^output: 1 of 6 elements differ \(exact match needed for torch.int64\)$"):
+        compare(torch.tensor([1, 2, 3, 4, 5, 7]), torch.tensor([1, 2, 3, 4, 5, 6]))

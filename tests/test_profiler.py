@@ -230,10 +230,53 @@ def test_kernel_rows_per_call_with_candidate_names():
     assert not by["vectorized_elementwise_kernel"]["candidate"]
     assert by["Memcpy DtoD (Device -> Device)"]["kind"] == "memcpy"
     assert abs(sum(r["share"] for r in rows) - 1) < 1e-9
-    coverage = sum(r["total_us"] for r in rows if r["candidate"]) / sum(r["total_us"] for r in rows)
-    assert coverage == pytest.approx(51 / 100)
+    prof = profiler.activity_profile(ACTIVITY, {"layernorm_fwd", "gelu_kernel"}, calls=2)
+    assert prof["kernels"] == rows and prof["coverage"] == pytest.approx(51 / 100)  # (41 + 10) / (41 + 30 + 19 + 10)
     # a torch kernel that merely starts with a candidate's name is not the candidate's
     assert not profiler.is_candidate_kernel("layernorm_fwd_backward", profiler.candidate_matcher({"layernorm_fwd"}))
+
+
+TORCH_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float*)"
+
+
+def test_coverage_is_the_candidates_share_of_gpu_time():
+    prof = profiler.activity_profile([("relu_kernel", 30.0, "kernel"), (TORCH_ADD, 10.0, "kernel")], {"relu_kernel"}, 1)
+    assert prof["coverage"] == 0.75  # 30 / (30 + 10)
+    assert (prof["gpu_us_per_call"], prof["candidate_us_per_call"], prof["kernels_per_call"]) == (40.0, 30.0, 2)
+    assert prof["reason"] is None
+    only_torch = profiler.activity_profile([(TORCH_ADD, 10.0, "kernel")], {"relu_kernel"}, 1)
+    assert only_torch["coverage"] == 0.0
+
+
+def test_copies_and_memsets_count_in_the_total():
+    activity = [("relu_kernel", 60.0, "kernel"), (TORCH_ADD, 10.0, "kernel"),
+                ("Memcpy DtoD (Device -> Device)", 20.0, "memcpy"), ("Memset (Device)", 10.0, "memset")]
+    prof = profiler.activity_profile(activity, {"relu_kernel"}, 1)
+    assert prof["coverage"] == 0.6  # 60 / (60 + 10 + 20 + 10); without the copies it would be 60 / 70
+    assert prof["gpu_us_per_call"] == 100.0 and prof["kernels_per_call"] == 2  # copies are no kernels
+
+
+def test_coverage_over_several_calls_and_kernel_names():
+    activity = 3 * [
+        ("relu_kernel_0d1d", 20.0, "kernel"),   # the candidate's, with old Triton's specialisation suffix
+        ("scale_kernel", 4.0, "kernel"),        # the candidate's second kernel
+        ("relu_kernel_fused", 10.0, "kernel"),  # starts with a candidate's name, but is not one
+        (TORCH_ADD, 6.0, "kernel"),
+    ]
+    prof = profiler.activity_profile(activity, {"relu_kernel", "scale_kernel"}, 3)
+    assert prof["coverage"] == pytest.approx(0.6)  # (20 + 4) / (20 + 4 + 10 + 6) per call
+    assert prof["gpu_us_per_call"] == pytest.approx(40.0) and prof["candidate_us_per_call"] == pytest.approx(24.0)
+    assert prof["kernels_per_call"] == 4 and prof["trials"] == 3
+    by = {r["name"]: r for r in prof["kernels"]}
+    assert by["relu_kernel_0d1d"]["candidate"] and by["scale_kernel"]["candidate"]
+    assert not by["relu_kernel_fused"]["candidate"] and not by["vectorized_elementwise_kernel"]["candidate"]
+    assert by["relu_kernel_0d1d"]["calls"] == 1 and by["relu_kernel_0d1d"]["total_us"] == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("activity", [[], [("relu_kernel", 0.0, "kernel")]])
+def test_no_gpu_time_gives_no_coverage(activity):
+    prof = profiler.activity_profile(activity, {"relu_kernel"}, 3)
+    assert prof["coverage"] is None and "no GPU activity" in prof["reason"]
 
 
 def test_activity_kind():

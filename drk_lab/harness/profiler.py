@@ -1,10 +1,10 @@
 """Stage 6: where a forward's GPU time goes, and how close it comes to the memory system's limit.
 
 - profile_forward: torch.profiler kernel table and coverage (GPU time in the candidate's own Triton
-  kernels / all GPU time of the forward). Rows are per forward call (averaged over the profiled
-  calls). Memory copies and memsets are listed as rows too, with `kind` "memcpy" / "memset": they
-  are GPU work the forward asks for (a `.contiguous()` or `.clone()` done in PyTorch), so they
-  count in the total that coverage divides by.
+  kernels / all GPU time of the forward; activity_profile computes both from the device activity).
+  Rows are per forward call (averaged over the profiled calls). Memory copies and memsets are
+  listed as rows too, with `kind` "memcpy" / "memset": they are GPU work the forward asks for (a
+  `.contiguous()` or `.clone()` done in PyTorch), so they count in the total that coverage divides by.
 - io_bytes / achieved_bandwidth / copy_bandwidth: bytes the forward must move at least (inputs read
   once, outputs written once) against a measured device-to-device copy (bytes read + written).
 - profiler_ncu.ncu_metrics: Nsight Compute DRAM throughput and achieved occupancy, optional.
@@ -151,7 +151,13 @@ def profile_forward(model, inputs, candidate_kernel_names: set[str], trials: int
             model(*inputs)
         torch.cuda.synchronize()
         prof.stop_trace()
-    rows = kernel_rows(device_activity(prof), candidate_kernel_names, trials)
+    return activity_profile(device_activity(prof), candidate_kernel_names, trials)
+
+
+def activity_profile(activity: list[tuple[str, float, str]], candidate_names, calls: int) -> dict:
+    """profile_forward's result from the device activity of `calls` forwards: the kernel rows and
+    coverage = GPU time in the candidate's kernels / all GPU time (copies and memsets included)."""
+    rows = kernel_rows(activity, candidate_names, calls)
     gpu_us = sum(r["total_us"] for r in rows)
     cand_us = sum(r["total_us"] for r in rows if r["candidate"])
     return {
@@ -160,7 +166,7 @@ def profile_forward(model, inputs, candidate_kernel_names: set[str], trials: int
         "gpu_us_per_call": gpu_us,
         "candidate_us_per_call": cand_us,
         "kernels_per_call": sum(r["calls"] for r in rows if r["kind"] == "kernel"),
-        "trials": trials,
+        "trials": calls,
         "reason": None if gpu_us > 0 else "the profiler saw no GPU activity in the forward",
     }
 

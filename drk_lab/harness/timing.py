@@ -34,37 +34,48 @@ def summarize(times_ms: list[float]) -> dict:
 
 def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: int = FLUSH_BYTES) -> dict:
     """Per trial: write a buffer larger than L2, record events around one call, synchronize the device."""
-    import gc
-    import time
+    from functools import partial
 
     import torch
 
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    return run_trials(fn, args, warmup, trials, flush=flush.zero_, lead_spin=partial(torch.cuda._sleep, LEAD_CYCLES),
+                      new_event=partial(torch.cuda.Event, enable_timing=True), synchronize=torch.cuda.synchronize,
+                      read_clock=lambda: clock_state(torch.cuda.current_device()))
+
+
+def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_event, synchronize, read_clock) -> dict:
+    """time_cuda's loop, given its device operations (CUDA's there; stand-ins in the CPU tests, which
+    check what happens in the timed region): warm up, then per trial flush, spin, start event, one
+    call, end event, synchronize; the summary of the events' intervals."""
+    import gc
+    import time
+
     started = time.perf_counter()
     for i in range(max(warmup, 100)):
         if i >= warmup and time.perf_counter() - started > MIN_WARMUP_S:
             break
         fn(*args)
-        torch.cuda.synchronize()
-    clock_before = clock_state(torch.cuda.current_device())
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(trials)]
+        synchronize()
+    clock_before = read_clock()
+    starts = [new_event() for _ in range(trials)]
+    ends = [new_event() for _ in range(trials)]
     gc.collect()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # no collection pause between the start event and the call
     try:
         for start, end in zip(starts, ends):
-            flush.zero_()
-            torch.cuda._sleep(LEAD_CYCLES)
+            flush()
+            lead_spin()
             start.record()
             fn(*args)
             end.record()
-            torch.cuda.synchronize()
+            synchronize()
     finally:
         if gc_was_enabled:
             gc.enable()
     stats = summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
-    clock_after = clock_state(torch.cuda.current_device())
+    clock_after = read_clock()
     if clock_before and clock_after:
         stats["gpu_clock"] = {"sm_clock_mhz": [clock_before["sm_clock_mhz"], clock_after["sm_clock_mhz"]],
                               "slowdown": sorted(set(clock_before["slowdown"]) | set(clock_after["slowdown"]))}
