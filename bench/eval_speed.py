@@ -22,7 +22,7 @@ import torch
 import drk_lab as drk
 from drk_lab.harness.profiler import copy_bandwidth  # measured once per device, cached
 from drk_lab.harness.profiler import io_bytes as forward_bytes  # the same count as the harness's bandwidth figure
-from drk_lab.harness.sandbox import default_worker_uses
+from drk_lab.harness.settings import current as harness_settings
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,7 @@ def phase_plain():
 
     from drk_lab.harness.profiler import new_profile
     from drk_lab.harness.timing import time_cuda
-    from drk_lab.harness.worker import load_module
+    from drk_lab.harness.models import load_module
 
     ts = tasks((1, 2))
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
@@ -163,8 +163,8 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     return {"isolation": isolation, "profile": profile, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
-            "lifecycle_lock": os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1",
-            "worker_uses": default_worker_uses() if isolation == "fork" else 1,
+            "lifecycle_lock": harness_settings().lifecycle_lock,
+            "worker_uses": harness_settings().worker_uses if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
             "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds),
@@ -183,7 +183,7 @@ def phase_throughput(isolations=("fork", "spawn"), profile: bool = True, name: s
     if len(rows) == 2:
         rows.append({"ratio": rows[0]["per_second"] / rows[1]["per_second"]})
         print(rows[-1])
-    lifecycle = "" if os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1" else "_no_lifecycle_lock"
+    lifecycle = "" if harness_settings().lifecycle_lock else "_no_lifecycle_lock"
     save(name + lifecycle, rows)
 
 
@@ -194,7 +194,7 @@ def phase_throughput_no_profile():
 
 def phase_throughput_fork():
     """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0 or DRK_WORKER_USES=1)."""
-    phase_throughput(("fork",), name=f"throughput_fork_uses{default_worker_uses()}")
+    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses}")
 
 
 def cv(values):
@@ -214,7 +214,7 @@ def phase_stability_serial():
 def phase_stability_subset():
     """phase_stability on six tasks, named by the lock setting (for A/B runs of DRK_LIFECYCLE_LOCK=0)."""
     names = {"01_relu", "08_softmax", "10_layernorm", "14_transpose", "06_scaled_masked_softmax", "08_conv1x1_batchnorm_relu"}
-    lifecycle = "" if os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1" else "_no_lifecycle_lock"
+    lifecycle = "" if harness_settings().lifecycle_lock else "_no_lifecycle_lock"
     stability(IN_FLIGHT, "stability_subset" + lifecycle, names=names)
 
 

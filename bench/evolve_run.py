@@ -29,7 +29,7 @@ from drk_lab.agent.context import episode_schedule
 from drk_lab.agent.episodes import run_many
 from drk_lab.agent.metrics import valid_speedup
 from drk_lab.cli import SEED_DIR, evolve_policy, seed_file
-from drk_lab.harness.evaluate import default_device
+from drk_lab.harness.devices import default_device
 from drk_lab.policies.launch_search import tunable_parameters
 
 OUT = Path(os.environ.get("OUT", "bench_out"))

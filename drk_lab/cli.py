@@ -131,7 +131,7 @@ def summary_tables(trajectories: list, tasks: list) -> str:
 
 def run_policy(args) -> int:
     from drk_lab.agent.episodes import run_many
-    from drk_lab.harness.evaluate import default_device
+    from drk_lab.harness.devices import default_device
 
     device = args.device or default_device()
     tasks = load_task_set(args.tasks)

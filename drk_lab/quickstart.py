@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drk_lab.harness.evaluate import default_device, evaluate_many
+from drk_lab.harness.devices import default_device
+from drk_lab.harness.evaluate import evaluate_many
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import DATA_DIR, Task, builtin_solution, builtin_tasks
 

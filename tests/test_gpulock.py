@@ -56,7 +56,7 @@ def test_compilation_gives_the_gpu_back(tmp_path):
 
 
 def test_sandboxes_are_kept_apart_by_whether_their_workers_profile():
-    from drk_lab.harness.sandbox import get_sandbox
+    from drk_lab.harness.caller import get_sandbox
 
     assert get_sandbox("cuda", "fork", profiler=False) is not get_sandbox("cuda", "fork", profiler=True)
     assert get_sandbox("cuda", "fork", profiler=False).profiler is False
@@ -67,11 +67,13 @@ def test_lock_log_shows_who_kept_timing_waiting(tmp_path, monkeypatch):
     import importlib.util
     import json
 
-    from drk_lab.harness import gpulock
+    from dataclasses import replace
+
+    from drk_lab.harness import settings
 
     log = tmp_path / "holds.jsonl"
-    monkeypatch.setattr(gpulock, "LOCK_LOG", str(log))
-    ctx = mp.get_context("fork")  # the children see the patched LOCK_LOG
+    monkeypatch.setattr(settings, "_current", replace(settings.current(), lock_log=str(log)))
+    ctx = mp.get_context("fork")  # the children see the patched settings
     events = ctx.Queue()
     procs = [ctx.Process(target=hold, args=(str(tmp_path), False, 0.0, 0.6, events)),
              ctx.Process(target=hold, args=(str(tmp_path), True, 0.2, 0.1, events))]

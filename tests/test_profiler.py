@@ -470,7 +470,7 @@ def triton_cdiv(a: int, b: int) -> int:
 def test_copy_bandwidth_measured_and_cached():
     import torch
 
-    from drk_lab.harness.timing import cache_dir
+    from drk_lab.harness.settings import cache_dir
 
     bw = profiler.copy_bandwidth(torch.device("cuda", 0))
     assert 1e11 < bw < 2e13  # between 100 GB/s and 20 TB/s

@@ -9,7 +9,10 @@ import pytest
 import torch
 
 import drk_lab as drk
-from drk_lab.harness import sandbox
+from drk_lab.harness import settings
+from drk_lab.harness.caller import configure
+from drk_lab.harness.protocol import Job
+from drk_lab.harness.supervisor import WorkerWatch
 from drk_lab.harness.reuse import WorldState
 
 
@@ -94,14 +97,12 @@ def test_forget_job_drops_the_jobs_modules_and_folder(tmp_path):
 
 
 @pytest.fixture
-def reusing_sandbox(monkeypatch):
-    """A sandbox of its own: one warm pair (so at most two alive), each worker up to 3 jobs."""
-    monkeypatch.setattr(sandbox, "_sandboxes", {})
-    monkeypatch.setenv("DRK_WARM_WORKERS", "1")
-    monkeypatch.setenv("DRK_WORKER_USES", "3")
+def reusing_sandbox():
+    """A pool of its own: one warm pair (so at most two alive), each worker up to 3 jobs (drk.configure)."""
+    before = settings.current()
+    configure(warm_workers=1, worker_uses=3)
     yield
-    for box in sandbox._sandboxes.values():
-        box.close()
+    configure(**vars(before))  # and the test's pool is stopped
 
 
 def honest_runs(relu_small, relu_solution, n=4):
@@ -167,15 +168,18 @@ def test_the_supervisor_lets_go_of_the_gpu_before_the_cpu_part_of_the_check(tmp_
         os.write(status_w, b'{"reuse": true, "why": []}\n')
 
     assert not timing_could_start()
+    watch = WorkerWatch(Job(mode="candidate", task_source=""), 0, status_r, out_r, reaper=False)
+    watch.gpu_guard = guard
     thread = threading.Thread(target=worker)
     thread.start()
-    assert sandbox.reuse_verdict(status_r, out_r, b"", guard) == (True, True)
+    assert watch.reuse_verdict() is True and watch.gpu_guard is None  # released on "gpu_released"
     thread.join()
     assert seen == [True]
 
     guard.acquire(exclusive=False)
+    watch.gpu_guard = guard
     os.close(status_w)  # a worker that dies before its GPU part passed: the lock stays held
-    assert sandbox.reuse_verdict(status_r, out_r, b"", guard) == (False, False)
+    assert watch.reuse_verdict() is False and watch.gpu_guard is guard
     assert not timing_could_start()
     guard.release()
     for fd in (status_r, out_r, out_w):

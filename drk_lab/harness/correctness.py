@@ -38,22 +38,32 @@ def mutated_inputs(before: list, after: list) -> list[int]:
     return [i for i, (b, a) in enumerate(zip(before, after)) if not same_bits(b, a)]
 
 
-def poison_value(dtype: torch.dtype):
+def poison_value(dtype: torch.dtype, second: bool = False):
+    """What freed memory is filled with: NaN (or a sentinel), or with `second` another value, to see
+    whether an output follows what freed memory held."""
     if dtype.is_floating_point or dtype.is_complex:
-        return float("nan")
+        return -1024.0 if second else float("nan")  # -1024 is exact in every float dtype
     if dtype == torch.bool:
-        return True
-    return torch.iinfo(dtype).max
+        return not second
+    return torch.iinfo(dtype).min if second else torch.iinfo(dtype).max
 
 
-def poison_memory(specs: list[tuple[tuple, torch.dtype]], device: torch.device) -> None:
+def poison_memory(specs: list[tuple[tuple, torch.dtype]], device: torch.device, second: bool = False) -> None:
     """Hand freed memory back to the allocator filled with NaN (or a sentinel), so that a candidate
     that reads memory it never wrote (torch.empty reusing a freed reference output) gets garbage."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
-    blocks = [torch.full(shape, poison_value(dtype), dtype=dtype, device=device) for shape, dtype in specs]
+    blocks = [torch.full(shape, poison_value(dtype, second), dtype=dtype, device=device) for shape, dtype in specs]
     del blocks
+
+
+def holds_poison(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Elements that hold the first fill of freed memory in `first` and the second fill in `second`."""
+    def is_fill(t, second_fill):
+        value = poison_value(t.dtype, second_fill)
+        return t.isnan() if isinstance(value, float) and value != value else t == value
+    return is_fill(first, False) & is_fill(second, True)
 
 
 def tensor_specs(values) -> list[tuple[tuple, torch.dtype]]:

@@ -8,11 +8,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from drk_lab.hacks.static_rules import static_hack_check
+from drk_lab.harness.caller import get_sandbox
+from drk_lab.harness.devices import default_device
+from drk_lab.harness.protocol import STAGE_TIMEOUTS, Job, OtherShape, RawResult
 from drk_lab.harness.result import EvalResult
-from drk_lab.harness.sandbox import STAGE_TIMEOUTS, get_sandbox
+from drk_lab.harness.settings import cache_dir
 from drk_lab.harness.shapes import other_shape
 from drk_lab.harness.task import Task
-from drk_lab.harness.timing import FLUSH_BYTES, baseline_key, cache_dir, load_baseline, save_baseline
+from drk_lab.harness.timing import FLUSH_BYTES, baseline_key, load_baseline, save_baseline
 from drk_lab.harness.validity import check_candidate
 
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
@@ -20,12 +23,6 @@ CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRIT
 
 _baseline_locks: dict[str, threading.Lock] = {}
 _baseline_locks_guard = threading.Lock()
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True, correctness_trials: int = 5,
@@ -55,31 +52,25 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     sandbox = get_sandbox(device, isolation, profiler=bool(profile))
     info = sandbox.start()
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
-    job = {
-        "mode": "candidate", "task_name": task.name, "task_source": task.source, "code": code,
-        "correctness_trials": correctness_trials, "seed": rng.randrange(2**31),
-        "trial_seeds": [rng.randrange(2**31) for _ in range(correctness_trials)],
-        "timing_seed": rng.randrange(2**31), "timing": timing, "timing_trials": timing_trials,
-        "warmup": warmup, "flush_bytes": flush_bytes, "atol": atol, "rtol": rtol,
-        "timeout_s": timeout_s + (STAGE_TIMEOUTS["ncu"] if profile == "ncu" else 0.0),
-        "stage_timeouts": stage_timeouts or {}, "hack_checks": hack_checks,
-        "profile": profile,
-        "env": {"TRITON_CACHE_DIR": str(cache_dir() / "triton")},
-    }
-    if host_memory_bytes:
-        job["host_memory_bytes"] = host_memory_bytes
+    job = Job(mode="candidate", task_name=task.name, task_source=task.source, code=code,
+              correctness_trials=correctness_trials, seed=rng.randrange(2**31),
+              trial_seeds=[rng.randrange(2**31) for _ in range(correctness_trials)], timing_seed=rng.randrange(2**31),
+              timing=timing, timing_trials=timing_trials, warmup=warmup, flush_bytes=flush_bytes, atol=atol, rtol=rtol,
+              timeout_s=timeout_s + (STAGE_TIMEOUTS["ncu"] if profile == "ncu" else 0.0),
+              stage_timeouts=stage_timeouts or {}, hack_checks=hack_checks, profile=profile,
+              env={"TRITON_CACHE_DIR": str(cache_dir() / "triton")}, host_memory_bytes=host_memory_bytes or 0)
     notes = []
     if hack_checks:
         shape = other_shape(task)
         if isinstance(shape, str):
             notes.append(shape)
         else:
-            job["other_shape"] = {"sizes": shape.sizes, "source": shape.source, "seed": rng.randrange(2**31)}
+            job.other_shape = OtherShape(shape.sizes, shape.source, rng.randrange(2**31))
     baseline = None
     if timing and device != "cpu":
-        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job["env"])
+        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job.env)
     raw = sandbox.run(job)
-    raw["notes"] = notes + raw.get("notes", [])
+    raw.notes = notes + raw.notes
     return to_result(raw, baseline, device, info)
 
 
@@ -94,22 +85,19 @@ def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, f
         cached = load_baseline(key)
         if cached is not None:
             return cached
-        raw = sandbox.run({
-            "mode": "baseline", "task_source": task.source, "code": None, "seed": 0, "timing_seed": 0,
-            "warmup": warmup, "timing_trials": trials, "flush_bytes": flush_bytes, "timeout_s": 1800.0,
-            "env": {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor")},
-        })
-        baseline = raw.get("baseline") or {"eager": None, "compile": None,
-                                           "error": f"{raw.get('error_kind')}: {raw.get('error')}"}
-        if raw.get("baseline"):
+        raw = sandbox.run(Job(mode="baseline", task_name=task.name, task_source=task.source, warmup=warmup,
+                              timing_trials=trials, flush_bytes=flush_bytes, timeout_s=1800.0,
+                              env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor")}))
+        baseline = raw.baseline or {"eager": None, "compile": None, "error": f"{raw.error_kind}: {raw.error}"}
+        if raw.baseline:
             save_baseline(key, baseline)
         return baseline
 
 
-def to_result(raw: dict, baseline: dict | None, device: str, info: dict) -> EvalResult:
-    timing = raw.pop("timing", None)
-    raw.pop("baseline", None)
-    result = EvalResult.from_dict(raw)
+def to_result(raw: RawResult, baseline: dict | None, device: str, info: dict) -> EvalResult:
+    """The caller's result: the worker's, with speedups against the baseline and notes on the timings."""
+    timing = raw.timing
+    result = raw.to_eval_result()
     result.versions = result.versions or info.get("versions", {})
     result.device = result.device or device
     if device == "cpu":

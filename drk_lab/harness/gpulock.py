@@ -12,12 +12,12 @@ import os
 import time
 from contextlib import contextmanager
 
-# Also hold the (shared) lock while a worker's CUDA context starts and ends. On by default: on the
-# H200 (BENCHMARKS.md) it cost no throughput, and the one run with it off had timing outliers.
-# The profiler's slow start-up never holds the lock.
-LIFECYCLE_LOCK = os.environ.get("DRK_LIFECYCLE_LOCK", "1") == "1"
-# A JSONL file: one line per hold (who, shared or exclusive, when asked, got, let go), for studying contention
-LOCK_LOG = os.environ.get("DRK_LOCK_LOG")
+from drk_lab.harness.settings import current
+
+# settings.lifecycle_lock: also hold the (shared) lock while a worker's CUDA context starts and ends. On by
+# default: on the H200 (BENCHMARKS.md) it cost no throughput, and the one run with it off had timing
+# outliers. The profiler's slow start-up never holds the lock. settings.lock_log: a JSONL file, one line
+# per hold (who, shared or exclusive, when asked, got, let go), for studying contention.
 
 
 class GpuLock:
@@ -58,11 +58,12 @@ class GpuLock:
         if self.held is not None:
             os.close(self.held)
             self.held = None
-            if LOCK_LOG:
+            log = current().lock_log
+            if log:
                 label, mode, asked, got = self._hold
                 line = json.dumps({"pid": os.getpid(), "label": label, "mode": mode, "asked": asked, "got": got,
                                    "released": time.time()})
-                with open(LOCK_LOG, "a") as f:
+                with open(log, "a") as f:
                     f.write(line + "\n")
 
     @contextmanager

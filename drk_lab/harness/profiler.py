@@ -21,7 +21,6 @@ import re
 import statistics
 from contextlib import nullcontext
 
-from drk_lab.harness.launches import KernelLaunches, Launch  # noqa: F401  (re-exported: profiler.KernelLaunches)
 
 MEMORY_BOUND = 0.6      # achieved / copy bandwidth at or above this: memory-bound
 LAUNCH_BOUND_IDLE = 0.5  # GPU idle for at least this share of the forward's time: launch-bound
@@ -213,7 +212,7 @@ def copy_bandwidth(device=None, nbytes: int | None = None, trials: int = 20) -> 
     holding the GPU exclusively."""
     import torch
 
-    from drk_lab.harness.timing import cache_dir
+    from drk_lab.harness.settings import cache_dir
 
     dev = torch.device(device if device is not None else "cuda")
     if dev.index is None:

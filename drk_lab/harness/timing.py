@@ -6,9 +6,9 @@ import hashlib
 import json
 import os
 import statistics
-from pathlib import Path
 
 from drk_lab.harness.gpu_clocks import clock_state
+from drk_lab.harness.settings import cache_dir
 
 FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench's flush; the H200's L2 holds 60 MB
 # A spin on the GPU after each flush (about 0.1 ms at 2 GHz): the GPU reaches the start event only
@@ -80,12 +80,6 @@ def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_e
         stats["gpu_clock"] = {"sm_clock_mhz": [clock_before["sm_clock_mhz"], clock_after["sm_clock_mhz"]],
                               "slowdown": sorted(set(clock_before["slowdown"]) | set(clock_after["slowdown"]))}
     return stats
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("DRK_CACHE_DIR", Path.home() / ".cache" / "drk_lab"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 def baseline_key(task_source: str, device_name: str, versions: dict, warmup: int, trials: int,

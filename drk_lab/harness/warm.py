@@ -11,8 +11,9 @@ import triton.language as tl
 
 from drk_lab.harness import correctness
 from drk_lab.harness.gpu_clocks import clock_state
-from drk_lab.harness.gpulock import LIFECYCLE_LOCK, GpuLock
+from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.profiler import new_profile
+from drk_lab.harness.settings import current
 
 
 @triton.jit
@@ -22,12 +23,12 @@ def fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
 
 
 def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None:
-    """Start the CUDA context and cuBLAS (under the GPU lock only with LIFECYCLE_LOCK), then, for
+    """Start the CUDA context and cuBLAS (under the GPU lock only with settings.lifecycle_lock), then, for
     workers that will profile, the profiler (4-5 s of CPU, no lock), then run one of each kind of
     kernel (profiled) under a shared GPU lock."""
     lock = GpuLock(lock_dir, gpu)
     lock.label = "warm_up"
-    with lock.shared() if LIFECYCLE_LOCK else nullcontext():
+    with lock.shared() if current().lifecycle_lock else nullcontext():
         torch.empty(1, device=device)
         torch.cuda.current_blas_handle()
     clock_state(gpu)  # loads NVML now rather than inside the first timing

@@ -1,0 +1,32 @@
+"""Which device a job runs on: the default choice, a clear error for a device that is not there, and
+what a worker process needs for it (environment, GPU index, the GPU's name)."""
+
+from __future__ import annotations
+
+import subprocess
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def gpu_index(device: str) -> int:
+    return int(device.partition(":")[2] or 0)
+
+
+def device_env(device: str) -> dict[str, str]:
+    """Environment variables a worker for `device` starts with."""
+    if device == "cpu":  # the interpreter must be on before triton is imported
+        return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    return {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "cuda"
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return "cuda"

@@ -1,0 +1,68 @@
+"""The harness's settings: environment variables for scripts, `drk.configure(...)` for notebooks.
+
+    drk.configure(worker_uses=1, lock_log="runs/locks.jsonl")   # stops the running pools; the next
+    drk.evaluate(task, code)                                     # evaluation starts them anew
+
+The caller holds the current HarnessSettings; the zygote and every process forked from it get them as
+DRK_* environment variables when the pool starts (as_environment), and read them back there
+(current() in a harness process is what its environment says).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    worker_uses: int = 32  # evaluations one warm worker may serve, each after checking itself clean; 1: always fresh
+    warm_workers: int | None = None  # workers kept ready; None: 2 on the CPU, min(8, max(2, cores / 2)) on a GPU
+    lifecycle_lock: bool = True  # a worker's CUDA context starts and ends under the shared GPU lock
+    lock_log: str | None = None  # a JSONL file: every GPU-lock hold (bench/lock_report.py reads it)
+    reuse_log: str | None = None  # a JSONL file: why each warm worker retired
+    cache_dir: str | None = None  # baselines, copy bandwidth, Triton's cache; None: ~/.cache/drk_lab
+
+    @classmethod
+    def from_environment(cls, env=None) -> HarnessSettings:
+        env = os.environ if env is None else env
+        values = {}
+        for f in fields(cls):
+            text = env.get("DRK_" + f.name.upper())
+            if text:
+                values[f.name] = (text == "1") if f.type == "bool" else int(text) if "int" in f.type else text
+        return cls(**values)
+
+    def as_environment(self) -> dict[str, str]:
+        env = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                env["DRK_" + f.name.upper()] = str(int(value)) if isinstance(value, bool) else str(value)
+        return env
+
+    def warm_workers_for(self, device: str) -> int:
+        if self.warm_workers is not None:
+            return self.warm_workers
+        return 2 if device == "cpu" else min(8, max(2, (os.cpu_count() or 4) // 2))
+
+
+_current = HarnessSettings.from_environment()
+
+
+def current() -> HarnessSettings:
+    return _current
+
+
+def change(**changes) -> HarnessSettings:
+    """Replace settings by name; the running pools keep theirs (caller.configure also restarts them)."""
+    global _current
+    _current = replace(_current, **changes)
+    return _current
+
+
+def cache_dir() -> Path:
+    root = Path(_current.cache_dir or Path.home() / ".cache" / "drk_lab")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
