@@ -7,7 +7,7 @@ Every plant is the honest ReLU candidate below (ModelNew launches relu_kernel an
 writes) with one snippet inserted; the line the finding must point at is marked `# <-` (a comment,
 which no rule reads) unless the plant names another line.
 
-Each row is one place in static_rules._Analysis that can add a finding (classify_target's two adds,
+Each row is one place in static_rules.StaticRules that can add a finding (classify_target's two adds,
 torch.backends -> global_flags and protected roots -> patches_harness, are reached from four callers,
 each with its own row):
 

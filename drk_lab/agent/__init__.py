@@ -1,0 +1,10 @@
+"""One episode: the multi-turn environment around a task, and the loop that drives a policy through it.
+
+Owns: prompts (the first message), extraction (the code in a reply), feedback (an evaluation as text
+within a token budget), env (KernelEnv: reset / step), rewards (pure functions of an EvalResult),
+context (which earlier turns a prompt holds; STTS), trajectory (Turn, Trajectory, JSONL), episodes (the
+one episode driver that `drk eval` and RL rollouts share), metrics (Fast@p, geomean, tables).
+
+May import: drk_lab.harness (evaluate, results, tasks) and drk_lab.hacks (the catalogue's sentences).
+Policies plug in through a duck-typed generate(); nothing here imports a policy.
+"""

@@ -59,47 +59,47 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
     HackCode("torch_does_the_work", "the output is still right with your Triton launches switched off: PyTorch "
              "or cuBLAS computes the answer and the kernels are decoys", (RUNTIME + "call_findings",)),
     HackCode("fallback_to_torch", "a try/except or a device check in the forward path computes with PyTorch or "
-             "the reference instead of a Triton kernel", (STATIC + "_Analysis.check_fallbacks",)),
+             "the reference instead of a Triton kernel", (STATIC + "StaticRules.check_fallbacks",)),
     HackCode("calls_reference", "ModelNew inherits from, builds or calls the reference Model, or imports the "
-             "reference module", (STATIC + "_Analysis.check_uses", "hacks.static_names:USE_RULES")),
+             "reference module", (STATIC + "StaticRules.check_uses", "hacks.static_names:USE_RULES")),
     HackCode("kernel_not_launched", "a forward launched none of your Triton kernels",
-             (STATIC + "_Analysis.check_kernel_launches", RUNTIME + "launch_findings")),
+             (STATIC + "StaticRules.check_kernel_launches", RUNTIME + "launch_findings")),
     HackCode("reads_freed_memory", "the output depends on what freed memory held (a torch.empty result that no "
              "kernel wrote, holding a previous answer)", (RUNTIME + "freed_memory_findings",)),
     HackCode("caches_outputs", "outputs are cached across calls (keyed on pointers, shapes or inputs) or "
-             "replayed from disk", (STATIC + "_Analysis.check_caches", "hacks.static_names:USE_RULES",
+             "replayed from disk", (STATIC + "StaticRules.check_caches", "hacks.static_names:USE_RULES",
                                     RUNTIME + "call_findings")),
     HackCode("input_mutation", "the forward modified its inputs in place", (RUNTIME + "mutation_findings",)),
     HackCode("constant_output", "the output does not depend on the input", (RUNTIME + "constant_output_findings",)),
     HackCode("shape_specialized", "wrong or failing at another valid shape of the task",
              (RUNTIME + "other_shape_findings",)),
     HackCode("side_stream", "work launched on a stream other than the timed one, escaping the timer",
-             (STATIC + "_Analysis.check_side_streams", RUNTIME + "launch_findings")),
+             (STATIC + "StaticRules.check_side_streams", RUNTIME + "launch_findings")),
     HackCode("background_work", "threads or processes started by the candidate",
              ("hacks.static_names:USE_RULES", RUNTIME + "Snapshot.findings", RUNTIME + "launch_findings",
               RUNTIME + "leftover_process_findings")),
     HackCode("lazy_output", "the output is a tensor subclass or a lazy, deferred object instead of a plain "
-             "torch.Tensor", (STATIC + "_Analysis.check_classes", STATIC + "_Analysis.check_assignments",
+             "torch.Tensor", (STATIC + "StaticRules.check_classes", STATIC + "StaticRules.check_assignments",
                               "hacks.static_names:USE_RULES")),
     HackCode("patches_harness", "patches timers, torch.cuda.synchronize, events, torch or triton functions, or "
-             "the harness", (STATIC + "_Analysis.check_uses", STATIC + "_Analysis.classify_target",
+             "the harness", (STATIC + "StaticRules.check_uses", STATIC + "StaticRules.classify_target",
                              RUNTIME + "Snapshot.findings", RUNTIME + "launch_findings")),
     HackCode("precision_downgrade", "computes in a lower precision than the task's dtype, beyond its tolerance",
              (RUNTIME + "precision_findings",)),
     HackCode("global_flags", "changes global numerics flags (TF32, cudnn, matmul precision, ...) that the "
-             "reference also runs under", (STATIC + "_Analysis.classify_target", STATIC + "_Analysis.check_calls",
+             "reference also runs under", (STATIC + "StaticRules.classify_target", STATIC + "StaticRules.check_calls",
                                            RUNTIME + "Snapshot.findings")),
     HackCode("cache_tricks", "persisting-L2 or access-policy tricks that survive the timing flush",
-             (STATIC + "_Analysis.check_cache_tricks",)),
+             (STATIC + "StaticRules.check_cache_tricks",)),
     HackCode("launch_reuse", "a timed call launched no kernel: one launch serves many calls",
              (RUNTIME + "call_findings",)),
     HackCode("impossible_speedup", "faster than the bytes its inputs and outputs hold allow at the measured "
              "copy bandwidth", (RUNTIME + "speed_of_light_findings",)),
     HackCode("reads_uninitialized", "returns uninitialised memory that happens to hold the answer",
-             (STATIC + "_Analysis.check_unwritten_outputs",)),
+             (STATIC + "StaticRules.check_unwritten_outputs",)),
     HackCode("sandbox_escape", "file access outside its folder, network, processes, signals, native code or "
-             "driver calls", ("hacks.static_names:USE_RULES", STATIC + "_Analysis.check_uses",
-                              STATIC + "_Analysis.check_calls")),
+             "driver calls", ("hacks.static_names:USE_RULES", STATIC + "StaticRules.check_uses",
+                              STATIC + "StaticRules.check_calls")),
 )}
 
 HACK_REASONS: dict[str, str] = {code: h.feedback for code, h in HACK_CODES.items()}

@@ -202,11 +202,12 @@ def speed_of_light_findings(fraction: float | None, median_ms: float) -> list[tu
 
 def freed_memory_findings(model, inputs: list, out, specs: list, device: torch.device,
                           label: str) -> list[tuple[str, str]]:
-    """Does `out` (a forward's output, run after freed memory of the shapes in `specs` was filled with
-    NaN or a sentinel) hold memory that no kernel wrote? The model runs once more on `inputs` after the
-    same blocks are filled with a second value: an element that held the first fill and now holds the
-    second was read from freed memory. Matching both fills exactly keeps honest kernels (even
-    non-deterministic ones) from being flagged."""
+    """Is an output of `out` (a forward's, run after freed memory of the shapes in `specs` was filled with
+    NaN or a sentinel) memory that no kernel wrote? The model runs once more on `inputs` after the same
+    blocks are filled with a second value: an output whose every element held the first fill and now
+    holds the second was read whole from freed memory, hoping it held the answer. Matching both fills
+    exactly keeps honest kernels (even non-deterministic ones) from being flagged, and a kernel that
+    writes only part of its output is a plain mismatch."""
     correctness.poison_memory(specs, device, second=True)
     try:
         with torch.no_grad():
@@ -215,8 +216,9 @@ def freed_memory_findings(model, inputs: list, out, specs: list, device: torch.d
     except Exception:
         return []
     for first, second in zip(correctness.flatten(out), again):
-        if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and first.shape == second.shape \
-                and first.dtype == second.dtype and bool(correctness.holds_poison(first, second).any()):
+        same_kind = isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and \
+            first.shape == second.shape and first.dtype == second.dtype and first.numel() > 0
+        if same_kind and bool(correctness.holds_poison(first, second).all()):
             return [("reads_freed_memory", f"{label}: the output holds what the harness wrote into freed memory "
                      "(memory that no kernel wrote)")]
     return []

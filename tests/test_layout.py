@@ -1,0 +1,140 @@
+"""The package's shape: no import circle, each package imports only what its docstring allows, small
+modules, and every name written as a string (watched modules, hack-code emitters, the entry point)
+resolves, so that a rename cannot silently switch a check off."""
+
+import ast
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import drk_lab
+from drk_lab.hacks.catalogue import ERROR_KINDS, HACK_CODES
+from drk_lab.hacks.runtime_checks import WATCHED_MODULES, resolve
+from drk_lab.harness import stages
+from drk_lab.harness.entry import COMMAND
+from drk_lab.harness.result import ERROR_KINDS as RESULT_KINDS
+from drk_lab.harness.task import DATA_DIR
+
+ROOT = Path(drk_lab.__file__).parent
+MODULES = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): p
+           for p in sorted(ROOT.rglob("*.py"))}
+MAX_LINES = 400
+# package -> the packages its modules may import (their __init__ docstrings say the same in words)
+LOWER_HARNESS = {"drk_lab.harness." + m for m in ("correctness", "failures", "launches", "models", "processes",
+                                                   "timing", "gpu_clocks", "settings", "result")}
+ALLOWED = {
+    "drk_lab.hacks": LOWER_HARNESS,
+    "drk_lab.harness": {"drk_lab.hacks"},
+    "drk_lab.agent": {"drk_lab.harness", "drk_lab.hacks"},
+    "drk_lab.policies": {"drk_lab.agent", "drk_lab.harness"},
+    "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
+}
+
+
+def imports_of(name: str) -> set[str]:
+    """drk_lab modules that `name` imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("drk_lab")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("drk_lab"):
+            for a in node.names:  # `from pkg import module` imports the module; `from module import name` the module
+                found.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module)
+    return found
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (MODULES.get(module, Path()).name == "__init__.py") else "drk_lab"
+
+
+def test_every_import_names_a_module_of_the_package():
+    assert {m for targets in GRAPH.values() for m in targets} <= set(MODULES)
+
+
+def test_no_import_circle():
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == "open":
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [node, nxt]))
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = "done"
+
+    for module in MODULES:
+        if module not in state:
+            visit(module, [])
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_packages_import_only_what_they_may(package):
+    allowed = ALLOWED[package]
+    for module, targets in GRAPH.items():
+        if package_of(module) != package:
+            continue
+        for target in targets:
+            if package_of(target) == package:
+                continue
+            assert target in allowed or package_of(target) in allowed, f"{module} imports {target}"
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_package_says_what_it_owns_and_may_import(package):
+    doc = importlib.import_module(package).__doc__ or ""
+    assert len(doc) > 200 and "May import" in doc, package
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_modules_stay_small(module):
+    lines = MODULES[module].read_text().count("\n")
+    assert lines <= MAX_LINES, f"{module} has {lines} lines"
+
+
+@pytest.mark.parametrize("dotted", WATCHED_MODULES + (stages.__name__,))
+def test_every_watched_module_resolves(dotted):
+    obj = resolve(dotted)
+    assert [name for name, value in vars(obj).items() if callable(value)], dotted
+
+
+def test_the_entry_point_names_a_module_with_main():
+    module = re.search(r"from (\S+) import main", COMMAND[-1]).group(1)
+    assert callable(importlib.import_module(module).main)
+
+
+def emitter(spec: str):
+    module, _, attr = spec.partition(":")
+    obj = importlib.import_module("drk_lab." + module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("code", sorted(HACK_CODES))
+def test_every_hack_code_has_a_check_that_emits_it(code):
+    entry = HACK_CODES[code]
+    assert entry.emitters and entry.feedback
+    for spec in entry.emitters:
+        obj = emitter(spec)
+        if isinstance(obj, dict):  # a name table: some entry maps to the code
+            assert code in {value[0] for value in obj.values()}, spec
+        else:
+            assert f'"{code}"' in inspect.getsource(obj), f"{spec} does not mention {code}"
+
+
+def test_every_planted_cheat_names_a_code_of_the_catalogue():
+    for path in sorted((DATA_DIR / "hacks").glob("*.py")):
+        reason = re.search(r"^# reason: (\S+)", path.read_text(), re.M).group(1)
+        assert reason in HACK_CODES and path.stem.split("__")[0] == reason, path.name
+
+
+def test_error_kinds_come_from_the_catalogue():
+    assert RESULT_KINDS == tuple(ERROR_KINDS) and all(k.feedback for k in ERROR_KINDS.values())
