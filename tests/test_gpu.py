@@ -1,14 +1,19 @@
 """The CUDA path: timing, baselines, CUDA errors and OOM. Skipped without a GPU."""
 
+import importlib.util
+import re
 import shutil
 
 import pytest
 
 import drk_lab as drk
-from drk_lab.quickstart import load_variants
+from drk_lab.quickstart import HACKS_DIR, load_variants
 
 pytestmark = pytest.mark.gpu
 GPU_VARIANTS = [v for v in load_variants() if v.device == "cuda"]
+GPU_PLANTS = [p for p in load_variants(HACKS_DIR) if p.device == "cuda"]
+# memory-bound solutions, long enough (0.1 ms and more) for a 3% agreement to mean something
+AGREEMENT_TASKS = ["level1/01_relu", "level1/08_softmax", "level1/10_layernorm", "level2/07_residual_add_layernorm"]
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +64,43 @@ def test_ncu_metrics_join_the_kernel_table(relu, relu_solution):
         pytest.skip("ncu is not on PATH")
     assert not [note for note in r.notes if "Nsight" in note], r.notes
     assert 0 < own[0]["dram_throughput_pct"] <= 100 and 0 < own[0]["achieved_occupancy_pct"] <= 100
+
+
+@pytest.mark.parametrize("plant", GPU_PLANTS, ids=[p.name for p in GPU_PLANTS])
+def test_gpu_plant_is_caught_by_its_own_code(plant, tasks):
+    reason = re.search(r"^# reason: (\S+)", plant.code, re.M).group(1)
+    r = drk.evaluate(tasks[plant.task], plant.code, timeout_s=120, timing_trials=30)
+    assert r.hacked and r.error_kind == "hacked", (r.error_kind, r.error)
+    assert reason in r.hack_reasons, (r.hack_reasons, r.error)
+
+
+def load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", AGREEMENT_TASKS)
+def test_speedup_agrees_with_an_independent_do_bench(name, tasks, tmp_path):
+    """The harness's speedup against triton.testing.do_bench (its own L2 flush, median of its timings) on
+    the same models, built here in the test's own process."""
+    import torch
+    from triton.testing import do_bench
+
+    task, code = tasks[name], drk.builtin_solution(tasks[name])
+    r = drk.evaluate(task, code)
+    assert r.ok and r.timings_valid, r.error or r.timing_note
+    (tmp_path / "ref.py").write_text(task.source)
+    (tmp_path / "sol.py").write_text(code)
+    ref_module = load(f"ref_{task.name}", str(tmp_path / "ref.py"))
+    sol_module = load(f"sol_{task.name}", str(tmp_path / "sol.py"))
+    torch.manual_seed(0)
+    with torch.device("cuda"), torch.no_grad():
+        init = ref_module.get_init_inputs()
+        reference, candidate = ref_module.Model(*init), sol_module.ModelNew(*init)
+        inputs = ref_module.get_inputs()
+        ref_ms = do_bench(lambda: reference(*inputs), warmup=50, rep=300, return_mode="median")
+        cand_ms = do_bench(lambda: candidate(*inputs), warmup=50, rep=300, return_mode="median")
+    independent = ref_ms / cand_ms
+    assert abs(r.speedup / independent - 1) < 0.03, (r.speedup, independent, r.runtime_ms, cand_ms, r.ref_runtime_ms, ref_ms)
