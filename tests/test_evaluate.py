@@ -149,3 +149,16 @@ def test_a_long_tmpdir_still_works(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(long_tmp)},
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().splitlines()[-1:] == ["True"], proc.stderr[-2000:]
+
+
+def test_workers_do_not_see_the_callers_secrets(monkeypatch, relu_small, relu_solution):
+    """A candidate may print its environment, and what it prints reaches the model: no keys in it."""
+    monkeypatch.setenv("DRK_TEST_API_KEY", "sekrit-123")
+    monkeypatch.setenv("DRK_TEST_VISIBLE", "plain-456")
+    drk.shutdown()  # the next pool starts with this environment
+    try:
+        code = relu_solution.replace("class ModelNew", "import os\nprint(sorted(os.environ.items()))\n\n\nclass ModelNew")
+        r = drk.evaluate(relu_small, code, device="cpu", correctness_trials=1, hack_checks=False)
+        assert r.ok and "plain-456" in r.stdout and "sekrit-123" not in r.stdout
+    finally:
+        drk.shutdown()

@@ -89,3 +89,11 @@ def test_wrong_on_a_later_call_is_a_mismatch_and_only_a_replayed_answer_is_cache
     r = drk.evaluate(relu_small, drifting, device="cpu", correctness_trials=2)
     assert r.error_kind == "mismatch" and not r.hacked, (r.error_kind, r.error)
     assert "a further call with new values in the same input buffers" in r.error
+
+
+def test_a_forged_status_line_is_caught_even_with_the_checks_off(tasks):
+    """The worker signs its status lines; a result the candidate writes on the pipe itself is a hack."""
+    plant = (HACKS_DIR / "sandbox_escape__status_pipe.py").read_text()
+    r = drk.evaluate(tasks["level1/01_relu"].small(), plant, device="cpu", hack_checks=False)
+    assert r.hacked and r.hack_reasons == ["patches_harness"] and not r.correct, (r.error_kind, r.error)
+    assert "status pipe" in r.error

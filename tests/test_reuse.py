@@ -11,7 +11,7 @@ import torch
 import drk_lab as drk
 from drk_lab.harness import settings
 from drk_lab.harness.caller import configure
-from drk_lab.harness.protocol import Job
+from drk_lab.harness.protocol import Job, new_key, signed
 from drk_lab.harness.supervisor import WorkerWatch
 from drk_lab.harness.reuse import WorldState
 
@@ -162,13 +162,14 @@ def test_the_supervisor_lets_go_of_the_gpu_before_the_cpu_part_of_the_check(tmp_
     seen = []
 
     def worker():  # the GPU part passed; while the rest of the check runs, timing must be free
-        os.write(status_w, b'{"gpu_released": true}\n')
+        os.write(status_w, signed({"gpu_released": True}, key))
         time.sleep(0.3)
         seen.append(timing_could_start())
-        os.write(status_w, b'{"reuse": true, "why": []}\n')
+        os.write(status_w, signed({"reuse": True, "why": []}, key))
 
     assert not timing_could_start()
-    watch = WorkerWatch(Job(mode="candidate", task_source=""), 0, status_r, out_r, reaper=False)
+    key = new_key()
+    watch = WorkerWatch(Job(mode="candidate", task_source="", key=key), 0, status_r, out_r, reaper=False)
     watch.gpu_guard = guard
     thread = threading.Thread(target=worker)
     thread.start()

@@ -83,7 +83,8 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
                               "hacks.static_names:USE_RULES")),
     HackCode("patches_harness", "patches timers, torch.cuda.synchronize, events, torch or triton functions, or "
              "the harness", (STATIC + "StaticRules.check_uses", STATIC + "StaticRules.classify_target",
-                             RUNTIME + "Snapshot.findings", RUNTIME + "launch_findings")),
+                             RUNTIME + "Snapshot.findings", RUNTIME + "launch_findings",
+                             "harness.supervisor:WorkerWatch.watch")),
     HackCode("precision_downgrade", "computes in a lower precision than the task's dtype, beyond its tolerance",
              (RUNTIME + "precision_findings",)),
     HackCode("global_flags", "changes global numerics flags (TF32, cudnn, matmul precision, ...) that the "
@@ -97,8 +98,8 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
              "copy bandwidth", (RUNTIME + "speed_of_light_findings",)),
     HackCode("reads_uninitialized", "returns uninitialised memory that happens to hold the answer",
              (STATIC + "StaticRules.check_unwritten_outputs",)),
-    HackCode("sandbox_escape", "file access outside its folder, network, processes, signals, native code or "
-             "driver calls", ("hacks.static_names:USE_RULES", STATIC + "StaticRules.check_uses",
+    HackCode("sandbox_escape", "file access, network, processes, signals, native code, driver calls, or code "
+             "chosen at run time", ("hacks.static_names:USE_RULES", STATIC + "StaticRules.check_uses",
                               STATIC + "StaticRules.check_calls")),
 )}
 

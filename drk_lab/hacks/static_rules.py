@@ -178,6 +178,9 @@ class StaticRules(CandidateTree):
                      "builtins.type.__setattr__") and len(args) >= 2:
                 base, name = self.resolve(args[0]), const_str(args[1]) or "<computed name>"
                 self.classify_target(f"{base}.{name}" if base else None, n, "sets" if "set" in q else "deletes")
+            elif q == "builtins.getattr" and len(args) >= 2 and const_str(args[1]) is None and \
+                    (self.resolve(args[0]) or "").split(".")[0] in PROTECTED_ROOTS:
+                self.add("sandbox_escape", n, f"reads an attribute of {self.resolve(args[0])} chosen at run time: {HIDDEN}")
             elif q.endswith((".__setattr__", ".__delattr__")):
                 self.classify_target(q.rsplit(".", 1)[0] + ".<attribute>", n, "sets")
             elif q in DYNAMIC_IMPORTS and not (args and const_str(args[0])):

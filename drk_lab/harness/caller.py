@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,8 +23,11 @@ from drk_lab.harness import settings
 from drk_lab.harness.devices import device_env, gpu_name
 from drk_lab.harness.entry import COMMAND
 from drk_lab.harness.models import versions
-from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult
+from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, new_key
 from drk_lab.harness.supervisor import WorkerWatch, new_workdir
+
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 
 
 def default_host_memory_bytes() -> int:
@@ -49,8 +53,10 @@ class Sandbox:
         atexit.register(self.close)
 
     def environment(self) -> dict[str, str]:
-        """The harness's processes get the caller's settings as DRK_* variables (settings.py)."""
-        return {**os.environ, **device_env(self.device), **settings.current().as_environment(),
+        """The caller's environment without its secrets (candidates can read and print their environment,
+        and what they print reaches the model), plus the settings as DRK_* variables (settings.py)."""
+        kept = {name: value for name, value in os.environ.items() if not SECRET_NAME.search(name)}
+        return {**kept, **device_env(self.device), **settings.current().as_environment(),
                 "TRITON_CACHE_DIR": str(settings.cache_dir() / "triton")}
 
     def start(self) -> dict:
@@ -110,6 +116,7 @@ class Sandbox:
             pass_fds=(status_w,), start_new_session=True, env={**self.environment(), **job.env}, cwd=job.workdir)
         os.close(status_w)
         os.close(out_w)
+        job.key = new_key()
         proc.stdin.write(job.to_json().encode() + b"\n")
         proc.stdin.flush()
         try:

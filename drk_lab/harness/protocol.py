@@ -5,10 +5,16 @@ a pipe). The worker answers on its status pipe with JSON lines: {"stage": name} 
 {"result": RawResult} once, then, when it may serve again, {"gpu_released": true} and
 {"reuse": bool, "why": [...]} after checking itself (reuse.py). The supervisor sends the RawResult on
 to the caller, which turns it into an EvalResult (evaluate.py).
+
+The candidate runs in the worker's process, where the status pipe is open, so every status line is
+signed (HMAC-SHA256) with a key the supervisor makes for the job: a line the candidate writes itself
+cannot carry a valid signature, and the supervisor calls any such line a hack.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -62,6 +68,7 @@ class Job:
     device: str = "cpu"  # filled in by the caller's sandbox
     lock_dir: str = ""  # the GPU locks' folder, filled in by the caller's sandbox
     workdir: str = ""  # the job's folder (reference.py, candidate.py), made by whoever starts the worker
+    key: str = ""  # signs the worker's status lines; made by the supervisor, dropped by the worker before any job code
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -107,16 +114,33 @@ def encode(message: dict) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-def pop_message(buffer: bytes) -> tuple[dict | None, bytes]:
-    """The first whole JSON line of a buffer (lines that do not parse are skipped), and the rest of the
-    buffer; None when no whole line is there yet."""
-    while b"\n" in buffer:
-        line, buffer = buffer.split(b"\n", 1)
+def new_key() -> str:
+    return os.urandom(16).hex()
+
+
+def signed(message: dict, key: str) -> bytes:
+    payload = json.dumps(message)
+    return f"{_signature(payload.encode(), key)} {payload}\n".encode()
+
+
+def _signature(payload: bytes, key: str) -> str:
+    return hmac.new(key.encode(), payload, hashlib.sha256).hexdigest()
+
+
+def pop_message(buffer: bytes, key: str) -> tuple[dict | None, bytes]:
+    """The first whole line of what the worker wrote on its status pipe, checked against the job's key,
+    and the rest of the buffer; None when no whole line is there yet. A line without a valid signature
+    comes back as {"forged": its start}."""
+    if b"\n" not in buffer:
+        return None, buffer
+    line, buffer = buffer.split(b"\n", 1)
+    signature, _, payload = line.partition(b" ")
+    if key and hmac.compare_digest(signature, _signature(payload, key).encode()):
         try:
-            return json.loads(line), buffer
+            return json.loads(payload), buffer
         except ValueError:
-            continue
-    return None, buffer
+            pass
+    return {"forged": line[:200].decode(errors="replace")}, buffer
 
 
 def read_line(fd: int) -> bytes:

@@ -34,6 +34,11 @@ class HarnessSettings:
                 values[f.name] = (text == "1") if f.type == "bool" else int(text) if "int" in f.type else text
         return cls(**values)
 
+    def __post_init__(self):
+        for name in ("lock_log", "reuse_log", "cache_dir"):  # workers run in their job's folder
+            if getattr(self, name):
+                object.__setattr__(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
+
     def as_environment(self) -> dict[str, str]:
         env = {}
         for f in fields(self):

@@ -19,7 +19,7 @@ import time
 from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.processes import kill_tree, leftover_processes, rss_bytes
-from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, encode, pop_message
+from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, encode, new_key, pop_message
 from drk_lab.harness.settings import current
 
 OUTPUT_KEEP = 8192  # bytes kept from the start and from the end of what the candidate prints
@@ -77,7 +77,7 @@ class WorkerWatch:
         started = stage_started = time.monotonic()
         waited = 0.0  # seconds spent waiting for the timing lock
         open_fds = {self.status_r, self.out_r}
-        while result is None:
+        while result is None and failure is None:
             now = time.monotonic()
             limit = job.stage_limit(stage)
             active = now - started - waited - (now - stage_started if stage == "wait_lock" else 0.0)
@@ -107,8 +107,11 @@ class WorkerWatch:
                     output.add(data)
                 else:
                     self.pending += data
-                    while result is None and (message := self.take_message()) is not None:
-                        if "result" in message:
+                    while result is None and failure is None and (message := self.take_message()) is not None:
+                        if "forged" in message:
+                            failure = ("hacked", "patches_harness: wrote to the harness's status pipe (a line without "
+                                       f"the job's signature: {message['forged'][:80]!r})")
+                        elif "result" in message:
                             result = RawResult.from_dict(message["result"])
                             self.on_report()
                         elif "stage" in message:
@@ -121,6 +124,8 @@ class WorkerWatch:
         if failure:
             self.state = "failed"
             result = RawResult(error_kind=failure[0], error=failure[1])
+            if failure[0] == "hacked":
+                result.hacked, result.hack_reasons = True, ["patches_harness"]
         elif result is None:
             self.state = "died"
         if not self.may_stay():
@@ -133,7 +138,9 @@ class WorkerWatch:
         return result
 
     def take_message(self) -> dict | None:
-        message, self.pending = pop_message(self.pending)
+        """The next status line, or {"forged": ...} for one the worker's own code did not sign (the
+        candidate wrote it: the evaluation ends as patches_harness)."""
+        message, self.pending = pop_message(self.pending, self.job.key)
         return message
 
     def on_report(self) -> None:
@@ -177,8 +184,8 @@ class WorkerWatch:
                 if "gpu_released" in message and self.gpu_guard is not None:
                     self.gpu_guard.release()
                     self.gpu_guard = None
-                if "reuse" in message:
-                    return message["reuse"] is True
+                if "reuse" in message or "forged" in message:  # a forged line: something of the job still runs
+                    return message.get("reuse") is True
             for fd in select.select([self.status_r, self.out_r], [], [], 0.5)[0]:
                 data = os.read(fd, 65536)
                 if fd == self.status_r:
@@ -241,6 +248,7 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
         job = Job.from_json(stream.readline())
         try:
             new_workdir(job)
+            job.key = new_key()
             try:
                 os.write(job_w, job.to_json().encode() + b"\n")
             except OSError:

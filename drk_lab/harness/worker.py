@@ -24,7 +24,7 @@ from contextlib import nullcontext
 
 from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
-from drk_lab.harness.protocol import REUSABLE_OUTCOMES, Job, RawResult, read_line
+from drk_lab.harness.protocol import REUSABLE_OUTCOMES, Job, RawResult, read_line, signed
 from drk_lab.harness.reuse import WorldState
 from drk_lab.harness.settings import current
 from drk_lab.harness.stages import JobRunner
@@ -33,8 +33,12 @@ from drk_lab.harness.stages import JobRunner
 def serve_jobs(job_r: int, status_w: int, world: WorldState | None) -> None:
     """The worker's loop: one job per line of the job pipe, until EOF or a job after which it may not stay."""
     while line := read_line(job_r):
-        if line.strip() and not run_job(Job.from_json(line), status_w, job_r, world):
-            break  # (a blank line is a late acknowledgement)
+        if not line.strip():
+            continue  # a late acknowledgement
+        job = Job.from_json(line)
+        del line  # it holds the job's key
+        if not run_job(job, status_w, job_r, world):
+            break
 
 
 def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None = None) -> bool:
@@ -43,10 +47,12 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
     os.chdir(job.workdir)
     sys.path.insert(0, job.workdir)
     os.environ.update(job.env)
-    status = os.fdopen(status_w, "w", buffering=1, closefd=False)
+    status = os.fdopen(status_w, "wb", closefd=False)
+    key, job.key = job.key, ""  # from here on only report() holds the key
 
     def report(message: dict) -> None:
-        status.write(json.dumps(message) + "\n")
+        status.write(signed(message, key))
+        status.flush()
 
     lock = GpuLock(job.lock_dir, gpu_index(job.device)) if job.device != "cpu" else None
     if lock:
@@ -61,12 +67,10 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
         sys.stdout.flush()
         sys.stderr.flush()
         report({"result": result.to_dict()})
-        status.flush()
         if hold and select.select([ack_r], [], [], 10.0)[0]:
             os.read(ack_r, 1)  # the ack is one byte: take it, or the next job's line would start with it
         if world is not None:
             kept = check_self(job, result, world, lock, hold, report)
-            status.flush()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
