@@ -1,4 +1,4 @@
-"""A short multi-turn RL run (issue 5): what one trainer step costs and where the time goes.
+"""A short multi-turn RL run: what one trainer step costs and where the time goes.
 
     python bench/rl_run.py --model /path/to/small-model [--steps 3] [--prompts 2] [--samples 4] [--turns 2]
                            [--max-new-tokens 512] [--lora 16] [--dtype bfloat16] [--force-solutions]

@@ -13,7 +13,7 @@ from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import DATA_DIR, Task, builtin_solution, builtin_tasks
 
 VARIANTS_DIR = DATA_DIR / "variants"
-HACKS_DIR = DATA_DIR / "hacks"  # one or more planted cheats per reason code of DESIGN §6
+HACKS_DIR = DATA_DIR / "hacks"  # one or more planted cheats per hack code (hacks/catalogue.py)
 
 
 @dataclass

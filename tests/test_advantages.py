@@ -1,4 +1,4 @@
-"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (DESIGN §9)."""
+"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md)."""
 
 import math
 from types import SimpleNamespace

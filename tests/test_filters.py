@@ -1,4 +1,4 @@
-"""MRS and PRS (DESIGN §9) on crafted log-probs and coverages."""
+"""MRS and PRS on crafted log-probs and coverages."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""EvalResult (drk_lab/result.py): exact round trips, the fixed set of error kinds, summary()."""
+"""EvalResult (drk_lab/harness/result.py): exact round trips, the fixed set of error kinds, summary()."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 
 from drk_lab.harness.result import ERROR_KINDS, EvalResult
 
-# The kinds DESIGN.md section 5 names explicitly.
-DESIGN_KINDS = {"syntax", "no_modelnew", "no_triton_kernel", "compile", "runtime", "cuda_illegal_access",
+# The kinds the project's design names explicitly.
+NAMED_KINDS = {"syntax", "no_modelnew", "no_triton_kernel", "compile", "runtime", "cuda_illegal_access",
                 "timeout", "oom", "mismatch", "hacked", "worker_crash"}
 
-# The fields DESIGN.md section 5 says others rely on.
-DESIGN_FIELDS = ["compiled", "correct", "hacked", "hack_reasons", "error_kind", "error", "speedup",
+# The fields others rely on.
+RELIED_ON_FIELDS = ["compiled", "correct", "hacked", "hack_reasons", "error_kind", "error", "speedup",
                  "speedup_compile", "runtime_ms", "runtime_iqr_ms", "ref_runtime_ms", "ref_compile_runtime_ms",
                  "coverage", "kernels", "trials", "seeds", "device", "versions", "timings_valid"]
 
@@ -66,7 +66,7 @@ def test_every_field_is_non_default_in_full_result():
 
 def test_design_fields_present():
     names = {f.name for f in fields(EvalResult)}
-    assert set(DESIGN_FIELDS) <= names
+    assert set(RELIED_ON_FIELDS) <= names
 
 
 @pytest.mark.parametrize("result", [full_result(), EvalResult(),
@@ -129,7 +129,7 @@ def test_equality_sees_every_field():
 def test_error_kinds_fixed_set():
     assert isinstance(ERROR_KINDS, tuple)
     assert len(set(ERROR_KINDS)) == len(ERROR_KINDS)
-    assert DESIGN_KINDS <= set(ERROR_KINDS)
+    assert NAMED_KINDS <= set(ERROR_KINDS)
     assert all(isinstance(k, str) and k for k in ERROR_KINDS)
 
 

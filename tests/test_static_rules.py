@@ -1,4 +1,4 @@
-"""One planted candidate per static rule, each tripping that rule alone (issue 21: tests that fail
+"""One planted candidate per static rule, each tripping that rule alone (tests that fail
 when the harness is wrong). The corpus plants in data/hacks often trip two rules at once, so a rule
 could be switched off without any test noticing; here every branch of static_rules.py that can add
 a finding has a plant that nothing else catches, and asserts its code, message and line.

@@ -1,4 +1,4 @@
-"""Task loaders (drk_lab/task.py): KernelBench files and folders, the built-in suite, resizing,
+"""Task loaders (drk_lab/harness/task.py): KernelBench files and folders, the built-in suite, resizing,
 malformed sources, data-set rows and serialisation."""
 
 from __future__ import annotations

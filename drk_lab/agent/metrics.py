@@ -1,10 +1,10 @@
-"""Benchmark metrics over evaluation results: Fast@p (DESIGN §11), speedup averages, per-turn and per-level tables.
+"""Benchmark metrics over evaluation results: Fast@p, speedup averages, per-turn and per-level tables.
 
 Every function takes results as EvalResult objects or their dicts (`to_dict()`); None stands for a task
 with no result (never evaluated) and counts as a failure.
 
 - Fast@p is the share of ALL tasks whose kernel is correct, not hacked and at least p times faster than
-  the baseline (DESIGN §11 says "at least": speedup >= p; KernelBench's script uses a strict >). Failed,
+  the baseline ("at least": speedup >= p, as Dr. Kernel counts it; KernelBench's script uses a strict >). Failed,
   hacked, untimed (speedup None) and missing results count 0 but stay in the denominator.
 - geomean_speedup follows KernelBench's analysis script: the geometric mean over the correct, non-hacked,
   timed results only ("geometric mean of speedup for correct samples"); report it next to the share of

@@ -1,4 +1,4 @@
-"""Reward functions (DESIGN §7): pure functions of one EvalResult, `fn(result, **weights) -> float`.
+"""Reward functions: pure functions of one EvalResult, `fn(result, **weights) -> float`.
 
 `get_reward(name, **weights)` binds the weights and returns `callable(result) -> float`.
 

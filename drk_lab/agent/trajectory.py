@@ -19,7 +19,7 @@ class Turn:
     prompt_chars: int
     response: str
     finish_reason: str
-    extraction: str  # env.EXTRACTION_OUTCOMES
+    extraction: str  # extraction.EXTRACTION_OUTCOMES
     code: str | None  # None when the reply had no usable code (nothing was evaluated)
     result: EvalResult
     reward: float

@@ -1,4 +1,4 @@
-"""The static hack rules (DESIGN §6): what a candidate's syntax tree alone gives away, before it runs.
+"""The static hack rules: what a candidate's syntax tree alone gives away, before it runs.
 
 The static rules read the candidate's syntax tree only, never its raw text, so a word in a comment,
 a docstring or a string literal cannot trigger them. Names are resolved through the candidate's

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-# Default tolerances by output dtype (atol = rtol): DESIGN §4.3.
+# Default tolerances by output dtype (atol = rtol); evaluate(atol=, rtol=) overrides them.
 TOLERANCES = {
     torch.float64: 1e-6,
     torch.float32: 1e-4,

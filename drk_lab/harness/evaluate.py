@@ -6,11 +6,12 @@ import os
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from drk_lab.hacks.static_rules import static_hack_check
 from drk_lab.harness.caller import get_sandbox
 from drk_lab.harness.devices import default_device
-from drk_lab.harness.protocol import STAGE_TIMEOUTS, Job, OtherShape, RawResult
+from drk_lab.harness.protocol import STAGE_TIMEOUTS, Job, RawResult
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.settings import cache_dir
 from drk_lab.harness.shapes import other_shape
@@ -65,7 +66,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
         if isinstance(shape, str):
             notes.append(shape)
         else:
-            job.other_shape = OtherShape(shape.sizes, shape.source, rng.randrange(2**31))
+            job.other_shape = replace(shape, seed=rng.randrange(2**31))
     baseline = None
     if timing and device != "cpu":
         baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job.env)

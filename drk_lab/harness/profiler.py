@@ -7,7 +7,7 @@
   `.contiguous()` or `.clone()` done in PyTorch), so they count in the total that coverage divides by.
 - io_bytes / achieved_bandwidth / copy_bandwidth: bytes the forward must move at least (inputs read
   once, outputs written once) against a measured device-to-device copy (bytes read + written).
-- profiler_ncu.ncu_metrics: Nsight Compute DRAM throughput and achieved occupancy, optional.
+- ncu.ncu_metrics: Nsight Compute DRAM throughput and achieved occupancy, optional.
 - format_kernel_table / bottleneck_summary: compact text for the model's feedback.
 
 The launch hook (which kernels are the candidate's) is in launches.py.

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 from drk_lab.hacks.catalogue import ERROR_KINDS
 from drk_lab.harness.result import EvalResult
+from drk_lab.harness.shapes import OtherShape
 from drk_lab.harness.timing import FLUSH_BYTES
 
 # Seconds each stage may take (a job's stage_timeouts override them). Trials are "trial0", "trial1", ...
@@ -29,15 +30,6 @@ STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, 
 MAX_LOCK_WAIT_S = 1800.0  # waiting for the GPU's timing lock does not count against timeout_s
 # outcomes after which a worker may be reused (if it checks clean); after anything else it retires
 REUSABLE_OUTCOMES = {None} | {k.name for k in ERROR_KINDS.values() if k.worker_reusable}
-
-
-@dataclass
-class OtherShape:
-    """The task at another valid shape, for the extra-shape hack check (shapes.py chooses it)."""
-
-    sizes: dict[str, int]
-    source: str
-    seed: int
 
 
 @dataclass
@@ -63,7 +55,7 @@ class Job:
     hack_checks: bool = True
     profile: bool | str = True  # False, True (torch.profiler) or "ncu"
     env: dict[str, str] = field(default_factory=dict)  # set in the worker before the job runs
-    other_shape: OtherShape | None = None
+    other_shape: OtherShape | None = None  # another valid shape of the task, for the extra-shape check
     host_memory_bytes: int = 0  # the worker's limit; the caller's sandbox fills it in
     device: str = "cpu"  # filled in by the caller's sandbox
     lock_dir: str = ""  # the GPU locks' folder, filled in by the caller's sandbox

@@ -9,7 +9,7 @@ and profiling hooks, signal handlers, environment, threads, child processes, ope
 native libraries (only Triton's own cache may add some), CUDA memory, the current stream, and a
 kernel that must still run and give the right answer. Any difference, or any doubt, retires it.
 Only the checks for leftover work (threads, child processes) and the CUDA part (caches freed,
-memory, stream, test kernel) need the GPU lock; worker.main holds it for those alone.
+memory, stream, test kernel) need the GPU lock; worker.check_self holds it for those alone.
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ import threading
 
 import torch
 
-from drk_lab.hacks import catalogue, runtime_checks
+from drk_lab.hacks import runtime_checks
 
 WATCHED_PREFIXES = ("torch", "triton", "drk_lab", "numpy")
 WATCHED_STDLIB = {"builtins", "time", "os", "sys", "math", "random", "gc", "threading", "signal", "socket",
                   "subprocess", "select", "json", "importlib", "functools", "operator", "ctypes", "io",
                   "pickle", "copy", "contextlib", "traceback", "types", "weakref", "tempfile", "shutil"}
-# outcomes after which a worker may be reused (if the world is unchanged); after anything else it retires
-REUSABLE_OUTCOMES = {None} | {k.name for k in catalogue.ERROR_KINDS.values() if k.worker_reusable}
 # module globals that honest runs change on their own (counters, lazily filled caches)
 CHANGING = {("sys", "last_exc"), ("sys", "last_type"), ("sys", "last_value"), ("sys", "last_traceback")}
 # Triton's CPU interpreter patches triton.language for every @triton.jit helper a kernel calls and never

@@ -1,4 +1,4 @@
-"""Another valid shape of a task, for the extra-shapes hack check (DESIGN §6 [9], `shape_specialized`).
+"""Another valid shape of a task, for the extra-shapes hack check (`shape_specialized`).
 
 Only sizes the task itself lets vary are changed:
 - a task that declares SMALL_SIZES says which constants are free: all of them are scaled together
@@ -33,6 +33,7 @@ INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
 class OtherShape:
     sizes: dict[str, int]  # the constants changed, with their new values
     source: str  # the task's source at that shape
+    seed: int = 0  # of its inputs, drawn per evaluation
 
     def describe(self) -> str:
         return ", ".join(f"{name}={value}" for name, value in self.sizes.items())

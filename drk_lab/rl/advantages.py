@@ -1,4 +1,4 @@
-"""Turn-level advantages for multi-turn RL (DESIGN §9): TRLOO, multi-turn GRPO, single-turn RLOO.
+"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO, single-turn RLOO.
 
 Layout: `rewards[B, T]` holds the reward of turn t of sample i, `group[B]` the id of the prompt
 that sample i answers (ints, strings or anything hashable), `valid[B, T]` which turns count.
@@ -119,7 +119,7 @@ def trloo(
     std_normalize: bool = False,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Turn-level leave-one-out advantages [B, T] (DESIGN §9); invalid entries get 0."""
+    """Turn-level leave-one-out advantages [B, T]; invalid entries get 0."""
     g = returns_to_go(rewards, valid, gamma)
     return advantages_from_returns(
         g, group, valid, leave_one_out=True, single=single, std_normalize=std_normalize, eps=eps

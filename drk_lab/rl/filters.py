@@ -1,4 +1,4 @@
-"""Rejection filters for RL batches (DESIGN §9): mismatch rejection (MRS) and profiling rejection (PRS).
+"""Rejection filters for RL batches: mismatch rejection (MRS) and profiling rejection (PRS).
 
 MRS drops whole trajectories whose rollout engine's probabilities drifted from the trainer's:
 rho = exp(logp_train - logp_rollout) per model token, trajectory weight = exp(mean log rho over all
@@ -147,7 +147,7 @@ def profiling_rejection(
     speedup: Any = None,
     keep_if_speedup: float | None = None,
 ) -> torch.Tensor:
-    """PRS keep mask [N] bool (DESIGN §12 signature); see `profiling_rejection_with_metrics`."""
+    """PRS keep mask [N] bool (the public signature); see `profiling_rejection_with_metrics`."""
     return profiling_rejection_with_metrics(
         coverage, correct, threshold, width, generator, hacked, speedup, keep_if_speedup
     )[0]

@@ -1,4 +1,4 @@
-"""The policy-gradient loss of DESIGN §9 as a pure function of per-token tensors.
+"""The policy-gradient loss (docs/formulas.md) as a pure function of per-token tensors.
 
     loss, metrics = clipped_policy_loss(logp, old_logp, advantages, mask, num_sequences=...)
 

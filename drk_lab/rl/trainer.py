@@ -1,4 +1,4 @@
-"""Multi-turn RL for kernel writers (DESIGN §9): a thin training loop on accelerate.
+"""Multi-turn RL for kernel writers: a thin training loop on accelerate.
 
     trainer = RLTrainer("Qwen/Qwen3-8B", drk.builtin_tasks(level=1), samples=16, turns=3, lr=1e-6)
     trainer.train(num_steps=100)
