@@ -138,3 +138,17 @@ def test_every_planted_cheat_names_a_code_of_the_catalogue():
 
 def test_error_kinds_come_from_the_catalogue():
     assert RESULT_KINDS == tuple(ERROR_KINDS) and all(k.feedback for k in ERROR_KINDS.values())
+
+
+def test_the_public_names_users_rely_on_stay_importable():
+    import drk_lab as drk
+    from drk_lab.metrics import fast_p
+    from drk_lab.reward import get_reward
+    from drk_lab.rl.advantages import grpo_multiturn, trloo
+    from drk_lab.rl.filters import mismatch_rejection, profiling_rejection
+
+    for name in ("evaluate", "evaluate_many", "load_task", "load_tasks", "builtin_tasks", "KernelEnv", "EvalResult",
+                 "configure", "shutdown"):
+        assert callable(getattr(drk, name)), name
+    assert all(callable(f) for f in (fast_p, get_reward, grpo_multiturn, trloo, mismatch_rejection,
+                                     profiling_rejection))
