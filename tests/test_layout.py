@@ -31,6 +31,7 @@ ALLOWED = {
     "drk_lab.agent": {"drk_lab.harness", "drk_lab.hacks"},
     "drk_lab.policies": {"drk_lab.agent", "drk_lab.harness"},
     "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
+    "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
 }
 
 
@@ -152,3 +153,10 @@ def test_the_public_names_users_rely_on_stay_importable():
         assert callable(getattr(drk, name)), name
     assert all(callable(f) for f in (fast_p, get_reward, grpo_multiturn, trloo, mismatch_rejection,
                                      profiling_rejection))
+
+
+def test_nothing_but_the_command_line_imports_viz():
+    """Plots and widgets read results and logs; the library never depends on them."""
+    for module, targets in GRAPH.items():
+        if package_of(module) not in ("drk_lab.viz", "drk_lab"):
+            assert not any(package_of(t) == "drk_lab.viz" for t in targets), module
