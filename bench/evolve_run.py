@@ -28,7 +28,7 @@ import drk_lab as drk
 from drk_lab.agent.context import episode_schedule
 from drk_lab.agent.episodes import run_many
 from drk_lab.agent.metrics import valid_speedup
-from drk_lab.cli import SEED_DIR, evolve_policy, seed_file
+from drk_lab.policies.choose import SEED_DIR, evolve_policy, seed_file
 from drk_lab.harness.devices import default_device
 from drk_lab.policies.launch_search import tunable_parameters
 

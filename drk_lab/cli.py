@@ -12,96 +12,25 @@ import sys
 import time
 from pathlib import Path
 
-from drk_lab.harness.task import DATA_DIR
+from drk_lab.harness.task import load_task_set
+from drk_lab.policies.choose import POLICY_KINDS, policy_from_spec
 
-SEED_DIR = DATA_DIR / "plain"  # plain Triton kernels, the evolutionary search's starting points
-POLICY_KINDS = ("scripted:FOLDER", "evolve[:SEED_FOLDER]", "hf:MODEL_PATH", "openai:MODEL")
 PER_TURN_PS = (1.0, 1.2)
 SUMMARY_PS = (1.0, 1.2, 1.5, 2.0)
 CPU_NOTE = ("CPU: the Triton interpreter runs each task at its small sizes; nothing is timed, so there are "
             "no speedups and every Fast@p is 0 (correct % still counts)")
 
 
-def load_task_set(spec: str) -> list:
-    """Comma-separated parts: `builtin` (all levels), `builtin:LEVEL`, a task file, or a folder of task
-    files (e.g. a KernelBench checkout or one of its levels)."""
-    from drk_lab.harness.task import TaskError, builtin_tasks, load_task, load_tasks
-
-    tasks = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        if part == "builtin" or part.startswith("builtin:"):
-            level = part.partition(":")[2]
-            tasks += builtin_tasks(int(level) if level else None)
-        elif Path(part).is_dir():
-            tasks += load_tasks(part)
-        elif Path(part).is_file():
-            tasks.append(load_task(part))
-        else:
-            raise TaskError(f"--tasks: {part!r} is neither builtin[:LEVEL] nor a task file or folder")
-    return tasks
-
-
-def seed_file(task, seed_dir: Path) -> Path | None:
-    """seed_dir/level{L}/NAME.py (the layout of data/plain), else seed_dir/NAME.py."""
-    for path in ([seed_dir / f"level{task.level}" / f"{task.name}.py"] if task.level is not None else []) + \
-            [seed_dir / f"{task.name}.py"]:
-        if path.is_file():
-            return path
-    return None
-
-
-class TaskRouter:
-    """Tells the evolutionary policy which task each conversation is for: run_many's prompts hold the
-    task's source, not its name, so the first user message (the task's prompt) is looked up."""
-
-    def __init__(self, policy, tasks: list):
-        from drk_lab.agent.prompts import initial_prompt
-
-        self.policy = policy
-        self.names = {initial_prompt(t): t.name for t in tasks}
-        self.observe = policy.observe
-
-    def generate(self, messages_batch: list[list[dict]], n: int = 1, **sampling):
-        names = [self.names[next(m["content"] for m in messages if m["role"] == "user")]
-                 for messages in messages_batch]
-        return self.policy.generate(messages_batch, n=n, task_names=names, **sampling)
-
-
-def evolve_policy(tasks: list, seed_dir: str | Path = SEED_DIR, temperature: float = 1.0,
-                  seed: int = 0) -> tuple[TaskRouter, list, list]:
-    """(policy, tasks that have a seed kernel, tasks skipped for lack of one)."""
-    from drk_lab.policies.evolve import EvolutionaryPolicy
-
-    found = {t.name: seed_file(t, Path(seed_dir)) for t in tasks}
-    kept = [t for t in tasks if found[t.name] is not None]
-    skipped = [t for t in tasks if found[t.name] is None]
-    seeds = {t.name: found[t.name].read_text() for t in kept}
-    return TaskRouter(EvolutionaryPolicy(seeds, temperature=temperature, seed=seed), kept), kept, skipped
-
-
 def make_policy(spec: str, tasks: list, args) -> tuple[object, list]:
     """The policy named by `--policy KIND[:ARG]` and the tasks it can run."""
-    kind, _, arg = spec.partition(":")
-    if kind == "scripted" and arg:
-        from drk_lab.policies.scripted import ScriptedPolicy
-
-        return ScriptedPolicy(arg), tasks
-    if kind == "evolve":
-        policy, kept, skipped = evolve_policy(tasks, arg or SEED_DIR,
-                                                1.0 if args.temperature is None else args.temperature, args.seed)
-        if skipped:
-            print(f"evolve: no seed kernel in {arg or SEED_DIR} for {len(skipped)} task(s), skipped: "
-                  + ", ".join(t.name for t in skipped))
-        return policy, kept
-    if kind == "hf" and arg:
-        from drk_lab.policies.huggingface import TransformersPolicy
-
-        return TransformersPolicy(arg, max_new_tokens=args.max_tokens or 2048, dtype="auto"), tasks
-    if kind == "openai" and arg:
-        from drk_lab.policies.openai_compat import OpenAIPolicy
-
-        return OpenAIPolicy(arg, base_url=args.base_url, max_concurrency=args.jobs or 8), tasks
-    raise SystemExit(f"drk eval: --policy {spec!r} is not one of {', '.join(POLICY_KINDS)}")
+    try:
+        policy, kept, note = policy_from_spec(spec, tasks, temperature=args.temperature, seed=args.seed,
+                                              max_tokens=args.max_tokens, base_url=args.base_url, jobs=args.jobs)
+    except ValueError as e:
+        raise SystemExit(f"drk eval: {e}") from None
+    if note:
+        print(note)
+    return policy, kept
 
 
 def make_schedule(args):

@@ -46,16 +46,17 @@ def task_by_id(tasks: list[Task], task_id: str) -> Task:
     return next(t for t in tasks if t.name == name and f"level{t.level}" == level)
 
 
-def run_quickstart(device: str | None = None, max_in_flight: int | None = None,
-                   variant_timeout_s: float = 15.0) -> list[tuple[str, Task, EvalResult, str]]:
-    """Evaluate every built-in task's solution and the variants; print and return the rows
-    (label, task, result, expected outcome)."""
+def run_quickstart(device: str | None = None, max_in_flight: int | None = None, variant_timeout_s: float = 15.0,
+                   show: bool = True) -> list[tuple[str, Task, EvalResult, str]]:
+    """Evaluate every built-in task's solution and the variants; return the rows (label, task, result,
+    expected outcome) and, with `show`, print them as a table."""
     device = device or default_device()
     tasks = builtin_tasks()
     if device == "cpu":  # the interpreter runs the small sizes
         tasks = [t.small() for t in tasks]
     variants = [v for v in load_variants() + load_variants(HACKS_DIR) if v.device in (None, device)]
-    print(f"drk_lab quickstart on {device}: {len(tasks)} built-in solutions, {len(variants)} planted variants")
+    say = print if show else (lambda *_: None)
+    say(f"drk_lab quickstart on {device}: {len(tasks)} built-in solutions, {len(variants)} planted variants")
     if device == "cpu":
         print("No CUDA GPU: the Triton interpreter checks correctness at each task's small sizes; timings need CUDA.")
     started = time.time()
@@ -71,7 +72,7 @@ def run_quickstart(device: str | None = None, max_in_flight: int | None = None,
     rows = [("solution", t, r, "ok") for t, r in zip(tasks, solutions)]
     rows += [(f"variant:{v.name}", task_by_id(tasks, v.task), r, "known gap" if v.known_gap else v.expect)
              for v, r in zip(variants, planted)]
-    print(format_table(rows))
+    say(format_table(rows))
     unexpected = [label for label, _, r, expect in rows if verdict(r, expect) == "NO"]
     gaps = [label for label, _, r, expect in rows if expect == "known gap" and verdict(r, expect) != "yes"]
     print(f"\n{len(rows)} evaluations in {time.time() - started:.0f} s; "

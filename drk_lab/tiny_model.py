@@ -177,3 +177,15 @@ def load_tiny(path: str | os.PathLike, seed: int = 0):
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer
+
+
+def model_path(spec: str, folder: str | os.PathLike = "runs/tiny_model") -> str:
+    """A model to load: "tiny" builds (once) the tiny random model in `folder`; anything else is a local
+    Hugging Face folder and is returned as it is (a notebook's `model` parameter)."""
+    if spec == "tiny":
+        from drk_lab.harness.task import in_repo
+
+        return str(make_tiny_model(in_repo(folder)))
+    if not Path(spec).expanduser().is_dir():
+        raise FileNotFoundError(f"model {spec!r}: no such folder (give a local Hugging Face model folder or 'tiny')")
+    return spec

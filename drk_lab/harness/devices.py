@@ -12,6 +12,21 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device(device: str | None) -> str:
+    """"auto" (or None) -> "cuda" when a GPU is there, else "cpu"; "cuda..." on a machine without CUDA
+    raises ValueError with one line saying so."""
+    if device in (None, "auto"):
+        return default_device()
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available on this machine; use 'cpu' or 'auto'")
+    elif device != "cpu":
+        raise ValueError(f"device {device!r}: expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return device
+
+
 def gpu_index(device: str) -> int:
     return int(device.partition(":")[2] or 0)
 

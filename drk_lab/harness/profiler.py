@@ -127,7 +127,9 @@ def new_profile():
     os.environ.setdefault("TEARDOWN_CUPTI", "0")  # keep CUPTI between sessions: less launch overhead left behind
     from torch.profiler import ProfilerActivity, profile
 
-    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    # acc_events: each session is used for one cycle anyway, and without it torch warns on stderr, which the
+    # harness would pass on to the model as something the candidate printed
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True)
     prof.prepare_trace()
     return prof
 

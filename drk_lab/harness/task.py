@@ -8,7 +8,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # the repository's data/ folder
+REPO_DIR = Path(__file__).resolve().parents[2]  # the repository (data/, figures/, runs/)
+DATA_DIR = REPO_DIR / "data"
 BUILTIN_DIR = DATA_DIR / "tasks"
 SOLUTIONS_DIR = DATA_DIR / "solutions"
 
@@ -193,3 +194,26 @@ def builtin_solution(task: Task) -> str:
     if not path.is_file():
         raise TaskError(f"{task.name}: no built-in solution at {path}")
     return path.read_text()
+
+
+def load_task_set(spec: str) -> list:
+    """Comma-separated parts: `builtin` (all levels), `builtin:LEVEL`, a task file, or a folder of task
+    files (e.g. a KernelBench checkout or one of its levels)."""
+    tasks = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if part == "builtin" or part.startswith("builtin:"):
+            level = part.partition(":")[2]
+            tasks += builtin_tasks(int(level) if level else None)
+        elif Path(part).is_dir():
+            tasks += load_tasks(part)
+        elif Path(part).is_file():
+            tasks.append(load_task(part))
+        else:
+            raise TaskError(f"{part!r} is neither builtin[:LEVEL] nor a task file or folder")
+    return tasks
+
+
+def in_repo(path: str | Path) -> Path:
+    """A path relative to the repository (notebooks run from notebooks/, scripts from anywhere)."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else REPO_DIR / path

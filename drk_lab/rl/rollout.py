@@ -233,3 +233,16 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
     stats.update(run_episodes(episodes, turns, schedule, tokenizer=policy.tokenizer, max_workers=max_workers,
                               progress=False))
     return Rollout([e.trajectory for e in episodes], [e.tokens for e in episodes], group, schedule.turns, stats)
+
+
+def solution_replies(tasks: list[Task], sample: int = 0, turn: int = 0):
+    """A force_responses callable: sample `sample` of every task answers turn `turn` with the project's
+    solution, so that a model that writes no kernel yet (a random one, in a demo) still gives each group
+    a reward signal. Never for real training runs."""
+    from drk_lab.harness.task import builtin_solution
+
+    solutions = {task.name: builtin_solution(task) for task in tasks}
+
+    def force(task: Task, s: int, t: int) -> str | None:
+        return f"```python\n{solutions[task.name]}```" if (s, t) == (sample, turn) else None
+    return force

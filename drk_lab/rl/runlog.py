@@ -89,7 +89,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     """The logged row of one trainer step. Rates and means are over all processes (numerators and
     denominators summed before dividing); the MRS weight statistics and the times are this process's.
 
-    Keys: step, lr; reward_mean, reward_mean/turn_t, fast@1/turn_t, correct/turn_t, fast@1/best (any turn
+    Keys: step, lr; reward_mean, reward_mean/turn_t, fast@1/turn_t, fast@1.2/turn_t, correct/turn_t, fast@1/best (any turn
     fast); valid_turn_frac, advantage_abs_mean; mrs/rejected_frac (trajectories MRS rejects, logged even
     with MRS off), prs/rejected_frac (of all turns), prs/rejected_frac_of_judged; entropy, clip_low,
     clip_high, clip_dual, ratio_mean, approx_kl (per trained token); loss (the sequence-mean loss, mean
@@ -111,6 +111,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
         pairs[f"reward_mean/turn_{t + 1}"] = (float(batch.rewards[:, t][batch.exists[:, t]].sum()),
                                               float(batch.exists[:, t].sum()))
         pairs[f"fast@1/turn_{t + 1}"] = (fast_p(results, p=1.0) * b, b)
+        pairs[f"fast@1.2/turn_{t + 1}"] = (fast_p(results, p=1.2) * b, b)  # falling while reward rises: lazy kernels
         pairs[f"correct/turn_{t + 1}"] = (float(batch.correct[:, t].sum()), b)
     pairs["fast@1/best"] = (sum(any(is_fast(x.result, 1.0) for x in traj.turns) for traj in rollout.trajectories), b)
     pairs["reward_mean"] = (float(batch.rewards[batch.exists].sum()), exists)

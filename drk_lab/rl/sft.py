@@ -234,6 +234,42 @@ def trajectories_to_cold_start(trajs, start_uuid: int = 0, end_at_best: bool = F
     return rows
 
 
+def demonstrations(tasks, plain_dir=None, device: str | None = None, **eval_kwargs) -> list:
+    """Two-turn demonstration trajectories, built and evaluated here: turn 1 a plain, slow kernel
+    (data/plain), turn 2 the project's solution with the first turn's feedback before it. Tasks
+    without both are skipped. A small cold-start set that runs anywhere; tasks may be resized."""
+    from drk_lab.agent.episodes import run_episode
+    from drk_lab.harness.task import DATA_DIR, TaskError, builtin_solution
+    from drk_lab.policies.scripted import ScriptedPolicy
+
+    plain_dir = Path(plain_dir or DATA_DIR / "plain")
+    trajectories = []
+    for task in tasks:
+        plain = plain_dir / f"level{task.level}" / f"{task.name}.py"
+        try:
+            solution = builtin_solution(task)
+        except TaskError:
+            continue
+        if not plain.is_file():
+            continue
+        answers = [f"```python\n{code}```" for code in (plain.read_text(), solution)]
+        trajectories.append(run_episode(task, ScriptedPolicy(answers=answers), max_turns=2, device=device,
+                                        **eval_kwargs))
+    return trajectories
+
+
+def cold_start_data(data: str, tasks=(), device: str | None = None):
+    """A notebook's data parameter as a Dataset: "demonstrations" builds the two-turn demonstrations of
+    `tasks` here; anything else is a cold-start file or folder (relative paths from the repository)."""
+    from datasets import Dataset
+
+    from drk_lab.harness.task import in_repo
+
+    if data == "demonstrations":
+        return Dataset.from_list(trajectories_to_cold_start(demonstrations(tasks, device=device)))
+    return load_cold_start(in_repo(data))
+
+
 # -- training ------------------------------------------------------------------------------------
 @dataclass
 class SFTRun:

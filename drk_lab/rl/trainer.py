@@ -373,12 +373,15 @@ class RLTrainer:
             self.save_checkpoint()
         return row
 
-    def train(self, num_steps: int) -> list[dict]:
-        """Steps until state.step reaches num_steps (so a resumed run continues where it stopped)."""
+    def train(self, num_steps: int, on_step=None) -> list[dict]:
+        """Steps until state.step reaches num_steps (so a resumed run continues where it stopped);
+        on_step(row) is called after each step (a notebook's live table, for instance)."""
         self._ensure_scheduler(num_steps)
         rows = []
         while self.state.step < num_steps:
             rows.append(self.step())
+            if on_step is not None:
+                on_step(rows[-1])
         if self.log is not None:
             self.log.close()
             self.log = None

@@ -1,0 +1,224 @@
+"""Plotly figures of results, trajectories and run logs, and save_figure (HTML always, PNG when it can).
+
+    fig = speedup_chart([("relu", result), ("gelu", other)])
+    save_figure(fig, "speedups")                   # figures/speedups.html and figures/speedups.png
+
+Every function returns a plotly.graph_objects.Figure; show it by leaving it last in a notebook cell.
+Speedups count only when the kernel is correct, not hacked and timed (agent.metrics.valid_speedup): a
+hacked kernel's speedup means nothing, and an untimed one (CPU runs) is a note, never a zero.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from drk_lab.agent.metrics import DEFAULT_PS, p_label, valid_speedup
+from drk_lab.harness.task import in_repo
+from drk_lab.rl import diagnostics
+
+COLORS = qualitative.Plotly
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _field(result, name: str):
+    return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
+
+
+def why_untimed(result) -> str:
+    """A few words on why a result has no valid speedup."""
+    if result is None:
+        return "no result"
+    if _field(result, "hacked"):
+        return "hacked: " + ",".join(_field(result, "hack_reasons") or [])
+    if _field(result, "error_kind"):
+        return _field(result, "error_kind")
+    if not _field(result, "correct"):
+        return "not correct"
+    if _field(result, "device") == "cpu":
+        return "no timings on the CPU"
+    note = _field(result, "timing_note") or "no timings"
+    return note if len(note) <= 60 else note[:57] + "..."
+
+
+def _titled(title: str, note: str | None) -> str:
+    return f"{title}<br><sup>{note}</sup>" if note else title
+
+
+def speedup_chart(rows) -> go.Figure:
+    """Grouped bars of speedup vs eager PyTorch and vs torch.compile, one group per (label, EvalResult);
+    results without a valid speedup are listed in the subtitle instead of drawn as zeros."""
+    timed = [(label, r) for label, r in rows if valid_speedup(r) is not None]
+    untimed = [(label, r) for label, r in rows if valid_speedup(r) is None]
+    labels = [label for label, _ in timed]
+    fig = go.Figure()
+    for name, key in (("vs eager", "speedup"), ("vs torch.compile", "speedup_compile")):
+        values = [valid_speedup(r, key) for _, r in timed]
+        fig.add_bar(name=name, x=labels, y=values, text=[f"{v:.2f}x" if v else "" for v in values])
+    fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
+    note = None
+    if untimed:
+        reasons = sorted({why_untimed(r) for _, r in untimed})
+        names = [str(label) for label, _ in untimed]
+        names = names if len(names) <= 8 else names[:8] + [f"and {len(names) - 8} more"]
+        note = f"{len(untimed)} without timings ({'; '.join(reasons[:4])}): " + ", ".join(names)
+    fig.update_layout(title=_titled("Speedup (baseline = 1.0)", note), barmode="group", yaxis_title="speedup",
+                      legend_title=None)
+    return fig
+
+
+def _turn_value(turn, metric: str):
+    if metric == "reward":
+        return turn.reward
+    if metric in ("speedup", "speedup_compile"):
+        return valid_speedup(turn.result, metric)
+    return _field(turn.result, metric)
+
+
+def turn_chart(trajectories, metrics=("speedup", "coverage", "reward")) -> go.Figure:
+    """One line per trajectory ("task#sample") across its turns, one subplot per metric ("reward" or any
+    EvalResult field; speedups only where valid, so failed turns are gaps)."""
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, subplot_titles=list(metrics),
+                        vertical_spacing=0.08)
+    for i, traj in enumerate(trajectories):
+        turns = [t.index + 1 for t in traj.turns]
+        for row, metric in enumerate(metrics, start=1):
+            fig.add_scatter(x=turns, y=[_turn_value(t, metric) for t in traj.turns], mode="lines+markers",
+                            name=f"{traj.task}#{traj.sample}", legendgroup=f"{i}", showlegend=row == 1,
+                            line_color=_color(i), row=row, col=1)
+    fig.update_xaxes(title_text="turn", dtick=1, row=len(metrics), col=1)
+    fig.update_layout(title="Per-turn metrics", height=max(300, 220 * len(metrics)))
+    return fig
+
+
+def _grid(keys) -> tuple[go.Figure, list[tuple[int, int]]]:
+    cols = 1 if len(keys) == 1 else 2
+    n_rows = math.ceil(len(keys) / cols)
+    fig = make_subplots(rows=n_rows, cols=cols, subplot_titles=list(keys), vertical_spacing=0.3 / max(n_rows, 1))
+    fig.update_layout(height=max(320, 260 * n_rows))
+    return fig, [(i // cols + 1, i % cols + 1) for i in range(len(keys))]
+
+
+def _add_curve(fig, rows, key, place, color, name, smooth, showlegend) -> int:
+    steps, values = diagnostics.series(rows, key)
+    if not values:
+        return 0
+    r, c = place
+    # Raw points faint, the moving average on top: noise stays visible but does not hide the trend.
+    fig.add_scatter(x=steps, y=values, mode="markers+lines", name=f"{name} (raw)", legendgroup=name,
+                    showlegend=False, opacity=0.25, line_color=color, marker_size=4, row=r, col=c)
+    fig.add_scatter(x=steps, y=diagnostics.smooth(values, smooth), mode="lines", name=name, legendgroup=name,
+                    showlegend=showlegend, line_color=color, row=r, col=c)
+    return len(values)
+
+
+def run_curves(rows: list[dict], keys, smooth: float = 0.6) -> go.Figure:
+    """Run-log rows -> one subplot per key: raw points faint and their exponential moving average
+    (diagnostics.smooth with alpha=smooth). Keys the log lacks say so in their subplot title."""
+    return compare_runs({"run": rows}, keys, smooth, title="Training curves")
+
+
+def compare_runs(runs: dict, keys, smooth: float = 0.6, title: str = "Runs compared") -> go.Figure:
+    """Several runs ({name: run-log rows}) on the same subplots, one color per run (ablations)."""
+    keys = list(keys)
+    fig, places = _grid(keys)
+    empty = set(keys)
+    for i, (name, rows) in enumerate(runs.items()):
+        for k, (key, place) in enumerate(zip(keys, places)):
+            if _add_curve(fig, rows, key, place, _color(i), name, smooth, showlegend=k == 0 and len(runs) > 1):
+                empty.discard(key)
+    for annotation in fig.layout.annotations:
+        if annotation.text in empty:
+            annotation.text += " (no data)"
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(title=_titled(title, f"faint: raw, line: moving average (smooth={smooth:g})"))
+    return fig
+
+
+def speedup_histogram(results, key: str = "speedup", bins: int = 30) -> go.Figure:
+    """Distribution of valid speedups on a log axis (bars are log10 of the speedup, ticks in "x"); the
+    failed, hacked and untimed results are counted in the title."""
+    results = list(results)
+    values = [v for v in (valid_speedup(r, key) for r in results) if v is not None]
+    missing = len(results) - len(values)
+    fig = go.Figure()
+    # Binned in log10 space so that 0.5x and 2x are equally far from 1x (plotly bins linearly).
+    fig.add_histogram(x=[math.log10(v) for v in values], customdata=values, nbinsx=bins, name=key,
+                      hovertemplate="%{y} kernels<extra></extra>")
+    fig.add_vline(x=0.0, line_dash="dash", line_color="gray")
+    lo = math.floor(math.log2(min(values))) if values else -1
+    hi = math.ceil(math.log2(max(values))) if values else 1
+    ticks = [2.0**e for e in range(lo, hi + 1)]
+    fig.update_xaxes(tickvals=[math.log10(t) for t in ticks], ticktext=[f"{t:g}x" for t in ticks],
+                     title_text=f"{key} (log scale)")
+    geomean = math.exp(sum(map(math.log, values)) / len(values)) if values else None
+    note = f"{len(values)} timed" + (f", geomean {geomean:.2f}x" if geomean else "") + \
+        f"; {missing} failed, hacked or untimed (not drawn)"
+    fig.update_layout(title=_titled("Speedup distribution", note), yaxis_title="kernels", bargap=0.05)
+    return fig
+
+
+def fast_p_chart(table_rows: list[dict], ps=None) -> go.Figure:
+    """Fast@p per turn from agent.metrics.fast_p_table: a solid line per p for that turn alone, dashed
+    for the best over turns so far."""
+    ps = ps or [p for p in DEFAULT_PS if table_rows and p_label(p) in table_rows[0]]
+    turns = [row["turn"] for row in table_rows]
+    fig = go.Figure()
+    for i, p in enumerate(ps):
+        label = p_label(p)
+        fig.add_scatter(x=turns, y=[row.get(label) for row in table_rows], mode="lines+markers",
+                        name=label.replace("fast@", "Fast@"), legendgroup=label, line_color=_color(i))
+        if table_rows and "best_" + label in table_rows[0]:
+            fig.add_scatter(x=turns, y=[row.get("best_" + label) for row in table_rows], mode="lines",
+                            name="best " + label.replace("fast@", "Fast@"), legendgroup=label,
+                            line={"color": _color(i), "dash": "dash"})
+    n = table_rows[0]["tasks"] if table_rows and "tasks" in table_rows[0] else None
+    fig.update_layout(title=_titled("Fast@p per turn", f"{n} tasks; dashed: best over turns so far" if n else None),
+                      xaxis={"title": "turn", "dtick": 1},
+                      yaxis={"title": "share of tasks", "tickformat": ".0%", "range": [0, 1.02]})
+    return fig
+
+
+def figure_bundle(fig: go.Figure) -> dict:
+    """The figure as a raw MIME bundle (plotly's JSON MIME type, drawn by JupyterLab, Notebook 7 and VS
+    Code), without going through plotly's display hook, which outside a notebook may open a browser."""
+    bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+    title = fig.layout.title.text
+    bundle["text/plain"] = f"<plotly figure: {title}>" if title else "<plotly figure>"
+    return bundle
+
+
+def figure_output(fig: go.Figure) -> tuple[dict]:
+    """The figure as the `outputs` of an ipywidgets Output. Redrawing a figure means replacing these: the
+    JupyterLab plotly renderer ignores update_display (plotly.py issue 3053), a new output is drawn anew.
+    Setting outputs directly also works without a running kernel (tests)."""
+    return ({"output_type": "display_data", "data": figure_bundle(fig), "metadata": {}},)
+
+
+def save_figure(fig: go.Figure, name: str, folder: str | Path = "figures") -> list[Path]:
+    """Writes folder/name.html (plotly.js from its CDN, so files stay small) and folder/name.png (kaleido,
+    which needs Chrome or Chromium); a relative folder is the repository's (notebooks run from
+    notebooks/). When the PNG cannot be made it prints why and returns only the HTML path; it never
+    raises for that. A `name` with a folder of its own (an absolute path) goes there."""
+    folder = in_repo(folder)
+    folder = (folder / name).parent
+    name = Path(name).name
+    folder.mkdir(parents=True, exist_ok=True)
+    html = folder / f"{name}.html"
+    fig.write_html(html, include_plotlyjs="cdn")
+    png = folder / f"{name}.png"
+    try:
+        fig.write_image(png, scale=2)
+    except Exception as exc:  # noqa: BLE001 -- kaleido raises several types (no browser, failed start)
+        print(f"save_figure: wrote {html} only; PNG export failed ({type(exc).__name__}: {str(exc)[:200]}). "
+              "kaleido needs Chrome or Chromium (e.g. apt install chromium, or plotly_get_chrome).")
+        return [html]
+    return [html, png]

@@ -1,0 +1,81 @@
+"""A real browser: JupyterLab on 127.0.0.1, headless Chromium driven by Playwright, the LayerNorm case
+notebook run top to bottom, the turn inspector played to its last turn, a screenshot in figures/."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """JupyterLab serving a copy of notebooks/, so that autosave never touches the committed files."""
+    shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
+    port, token = free_port(), "drk-test-token"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "run")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--allow-root",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("JupyterLab did not start")
+    yield url, token, tmp_path
+    server.terminate()
+    server.wait(timeout=20)
+
+
+def test_the_case_notebook_runs_and_the_inspector_plays_to_turn_3(jupyterlab):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    url, token, _ = jupyterlab
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/lab/tree/notebooks/04_layernorm_case.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook", timeout=60_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        # restart-and-run-all: a plain run-all sent while the kernel is still settling can stop after cell 1
+        page.get_by_role("menuitem", name="Run").click()
+        page.locator("li[data-command='runmenu:restart-and-run-all']").click()
+        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=30_000)  # "Restart the kernel?"
+        turn = page.locator(".drk-turn").first
+        try:
+            turn.wait_for(timeout=180_000)
+        except Exception:
+            page.screenshot(path=str(jupyterlab[2] / "failure.png"))  # what the page showed, for the report
+            raise
+        page.locator(".widget-play button").first.click()  # the inspector's play button
+        page.wait_for_function("() => [...document.querySelectorAll('.drk-turn')]"
+                               ".some(e => e.textContent.includes('turn 3 of 3'))", timeout=60_000)
+        turn.scroll_into_view_if_needed()
+        no_news = page.get_by_role("button", name="No")  # JupyterLab's "get notified about news?" toast
+        if no_news.count():
+            no_news.first.click()
+        (REPO / "figures").mkdir(exist_ok=True)
+        page.screenshot(path=str(REPO / "figures" / "layernorm_inspector.png"))
+        browser.close()
+    assert (REPO / "figures" / "layernorm_inspector.png").stat().st_size > 10_000
