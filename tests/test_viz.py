@@ -271,3 +271,14 @@ def test_figure_bundle_is_plain_json():
     bundle = plots.figure_bundle(go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout={"title": "t"}))
     assert bundle["application/vnd.plotly.v1+json"]["data"][0]["y"] == [3, 4]
     assert bundle["text/plain"] == "<plotly figure: t>"
+
+
+def test_live_table_shows_each_nth_steps_groups(tmp_path, capsys):
+    rollouts = tmp_path / "rollouts"
+    write_jsonl([relu_trajectory(0), relu_trajectory(1)], rollouts / "step_000002.jsonl")
+    live = LiveTable(["reward_mean"], rollouts=rollouts, groups_every=2)
+    live.update({"step": 1, "reward_mean": 0.1})
+    assert "sampled completions" not in capsys.readouterr().out
+    live.update({"step": 2, "reward_mean": 0.2})
+    out = capsys.readouterr().out
+    assert "step 2: sampled completions" in out and out.count(relu_trajectory().task) >= 2

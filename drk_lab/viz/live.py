@@ -1,7 +1,10 @@
 """Live training progress: a table of the last steps and curves that redraw as steps finish.
 
-    live = LiveTable(["reward_mean", "entropy", "grad_norm"])
+    live = LiveTable(["reward_mean", "entropy", "grad_norm"], rollouts=log_dir + "/rollouts", groups_every=5)
     trainer.train(num_steps, on_step=live.callback)
+
+With `rollouts` (the trainer's log_dir/rollouts) every `groups_every` steps also shows that step's
+sampled completions per group, turn by turn, with their rewards.
 
 In a notebook (an IPython kernel) each update replaces one HTML table and one plotly figure in place
 (IPython display handles); anywhere else (a script, a terminal) it prints one compact line per update.
@@ -10,8 +13,11 @@ In a notebook (an IPython kernel) each update replaces one HTML table and one pl
 from __future__ import annotations
 
 import html as html_lib
+from pathlib import Path
 
+from drk_lab.agent.trajectory import read_jsonl
 from drk_lab.viz.plots import figure_output, run_curves
+from drk_lab.viz.tables import groups_frame
 
 
 def in_notebook() -> bool:
@@ -40,8 +46,10 @@ class LiveTable:
     display_id=True) (returning a handle with .update(bundle, raw=True)) and display(output_widget);
     None picks IPython's inside a notebook, and printing elsewhere."""
 
-    def __init__(self, keys, every: int = 1, last: int = 8, smooth: float = 0.6, display=None):
+    def __init__(self, keys, every: int = 1, last: int = 8, smooth: float = 0.6, display=None,
+                 rollouts: str | Path | None = None, groups_every: int = 0):
         self.keys = list(keys)
+        self.rollouts, self.groups_every = rollouts, groups_every
         self.every = max(1, int(every))
         self.last = last
         self.smooth = smooth
@@ -54,12 +62,24 @@ class LiveTable:
 
     def update(self, row: dict) -> None:
         self.rows.append(dict(row))
+        step = row.get("step", len(self.rows))
+        if self.rollouts and self.groups_every and step % self.groups_every == 0:
+            self.show_groups(step)
         if len(self.rows) % self.every:
             return
         if self._display is None:
             print(self.line(row), flush=True)
         else:
             self._draw()
+
+    def show_groups(self, step: int) -> None:
+        """The step's sampled completions per group (the trainer's rollouts file for that step)."""
+        files = sorted(Path(self.rollouts).glob(f"step_{step:06d}*.jsonl"))
+        frame = groups_frame([t for f in files for t in read_jsonl(f)])
+        if self._display is None:
+            print(f"step {step}: sampled completions\n{frame.to_string(index=False)}", flush=True)
+        else:
+            self._display(frame)
 
     # The trainer's on_step hook calls this with each step's row.
     callback = update
