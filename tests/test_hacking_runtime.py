@@ -97,3 +97,57 @@ def test_a_forged_status_line_is_caught_even_with_the_checks_off(tasks):
     r = drk.evaluate(tasks["level1/01_relu"].small(), plant, device="cpu", hack_checks=False)
     assert r.hacked and r.hack_reasons == ["patches_harness"] and not r.correct, (r.error_kind, r.error)
     assert "status pipe" in r.error
+
+
+class Relu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+class WrongAfter(torch.nn.Module):
+    """Right for its first `good` calls, then a cheap wrong output of the right shape."""
+
+    def __init__(self, good: int):
+        super().__init__()
+        self.calls, self.good = 0, good
+
+    def forward(self, x):
+        self.calls += 1
+        return torch.relu(x) if self.calls <= self.good else torch.zeros_like(x)
+
+
+def timed_findings(new, timed_inputs, kept, pristine=None):
+    from types import SimpleNamespace
+
+    from drk_lab.hacks.extra_calls import timed_output_findings
+
+    module = SimpleNamespace(get_inputs=lambda: [torch.randn(4, 33)])
+    pristine = pristine if pristine is not None else [t.clone() for t in timed_inputs]
+    return timed_output_findings(Relu(), new, pristine, timed_inputs, kept, module, seed=1, device=torch.device("cpu"),
+                                 candidate_file="/nonexistent/candidate.py", atol=None, rtol=None)
+
+
+def test_timed_outputs_that_disagree_with_the_reference_are_changes_after_checks():
+    x = torch.randn(4, 33)
+    (code, message), = timed_findings(Relu(), [x], {0: [torch.relu(x)], 99: [torch.zeros_like(x)]})
+    assert code == "changes_after_checks" and "timed call 100 returned a wrong output" in message
+
+
+def test_inputs_changed_by_the_timed_calls_are_changes_after_checks():
+    x = torch.randn(4, 33)
+    pristine = [x.clone()]
+    x.mul_(2)
+    (code, message), = timed_findings(Relu(), [x], {}, pristine)
+    assert code == "changes_after_checks" and "modified their input" in message
+
+
+def test_a_trial_after_timing_catches_a_forward_that_turned_cheap():
+    x = torch.randn(4, 33)
+    (code, message), = timed_findings(WrongAfter(good=0), [x], {0: [torch.relu(x)]})
+    assert code == "changes_after_checks" and "a correctness trial after timing failed" in message
+
+
+def test_after_timing_the_candidates_kernels_must_still_launch():
+    x = torch.randn(4, 33)
+    (code, message), = timed_findings(Relu(), [x], {0: [torch.relu(x)]})  # right, but no Triton kernel ran
+    assert code == "changes_after_checks" and "launched none" in message

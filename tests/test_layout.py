@@ -160,3 +160,15 @@ def test_nothing_but_the_command_line_imports_viz():
     for module, targets in GRAPH.items():
         if package_of(module) not in ("drk_lab.viz", "drk_lab"):
             assert not any(package_of(t) == "drk_lab.viz" for t in targets), module
+
+
+def test_the_docs_hack_table_is_the_catalogues():
+    """docs/hacks.md lists every code with its sentence, emitters and plants, as the catalogue has them."""
+    doc = (ROOT.parent / "docs" / "hacks.md").read_text()
+    plants: dict[str, list[str]] = {}
+    for path in sorted((DATA_DIR / "hacks").glob("*.py")):
+        header = dict(re.findall(r"^# (\w+): (.+)$", path.read_text(), flags=re.M))
+        plants.setdefault(header["reason"], []).append(f"`{path.name}` ({header.get('check')})")
+    for code, entry in HACK_CODES.items():
+        emitters = ", ".join(f"`{e}`" for e in entry.emitters)
+        assert f"| `{code}` | {entry.feedback} | {emitters} | {', '.join(plants.get(code, []))} |" in doc, code

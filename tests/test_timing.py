@@ -133,3 +133,27 @@ def test_stats_are_the_summary_of_the_measured_intervals():
     assert gpu_clock == {"sm_clock_mhz": [1980, 1700], "slowdown": ["hw_thermal"]}
     assert gc_during_calls == [False] * len(durations)  # no collection inside the timed region
     assert gc.isenabled()
+
+
+def test_each_timed_output_is_handed_over_after_its_trial_is_over():
+    """What the timed calls return is checked afterwards (changes_after_checks): each trial's output goes
+    to after_call once the trial's synchronize is done, never inside the timed region."""
+    log, clock, handed = [], [0.0], []
+
+    def fn(x):
+        log.append(("call",))
+        clock[0] += 1.0
+        return f"output {clock[0]}"
+
+    def after_call(trial, out):
+        log.append(("after_call", trial))
+        handed.append((trial, out))
+        clock[0] += 1000.0  # would show in the statistics if it ran between the events
+
+    stats = run_trials(fn, ["input"], 3, 4, flush=lambda: log.append(("flush",)), lead_spin=lambda: None,
+                       new_event=lambda: FakeEvent(log, clock), synchronize=lambda: log.append(("sync",)),
+                       read_clock=lambda: None, after_call=after_call)
+    assert [t for t, _ in handed] == [0, 1, 2, 3] and all(out.startswith("output") for _, out in handed)
+    timed = [entry for entry in log if entry[0] in ("record", "sync", "after_call")]
+    assert [e[0] for e in timed[-4:]] == ["record", "record", "sync", "after_call"]
+    assert stats["median_ms"] == 1.0  # after_call's time is not in any interval

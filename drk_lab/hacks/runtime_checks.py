@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from functools import partial
 
 import torch
 
 from drk_lab.harness import correctness, launches, models, timing
-from drk_lab.harness.failures import EvaluationFailure, short_traceback
-from drk_lab.harness.launches import KernelLaunches
 from drk_lab.harness.processes import child_processes
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
@@ -222,78 +219,3 @@ def freed_memory_findings(model, inputs: list, out, specs: list, device: torch.d
             return [("reads_freed_memory", f"{label}: the output holds what the harness wrote into freed memory "
                      "(memory that no kernel wrote)")]
     return []
-
-
-def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, candidate_file: str,
-                  atol: float | None, rtol: float | None) -> list[tuple[str, str]]:
-    """Calls beyond the correctness trials: the same buffers twice, new values in the same buffers, and
-    the candidate's own kernels switched off. A plain wrong answer raises a mismatch failure."""
-    compare = partial(correctness.compare, atol=atol, rtol=rtol)
-    inputs = models.make_inputs(ref_module, seed, device)
-    with torch.no_grad():
-        new(*inputs)
-        with KernelLaunches(only_file=candidate_file) as again:
-            before = correctness.clone_args(correctness.flatten(new(*inputs)))
-        models.sync(device)
-        if not again.candidate_launches():
-            return [("launch_reuse", "a second call on the same inputs launched none of its kernels")]
-        for buffer, fresh in zip(inputs, models.make_inputs(ref_module, seed + 1, device)):
-            if isinstance(buffer, torch.Tensor) and buffer.shape == fresh.shape:
-                buffer.copy_(fresh)
-        ref_out = ref(*correctness.clone_args(inputs))
-        out = new(*inputs)
-        try:
-            compare(out, ref_out)
-        except correctness.Mismatch as m:
-            try:
-                correctness.compare(out, before, 0.0, 0.0)
-            except correctness.Mismatch:  # wrong, but not the previous answer: a plain failure
-                raise EvaluationFailure("mismatch", f"a further call with new values in the same input buffers: {m}") \
-                    from None
-            return [("caches_outputs", "returned its previous output when called again with new values in "
-                     f"the same input buffers: {m}")]
-        del out, before
-        specs = correctness.tensor_specs(ref_out)
-        del ref_out
-        inputs = models.make_inputs(ref_module, seed + 2, device)
-        ref_out = ref(*correctness.clone_args(inputs))
-        correctness.poison_memory(specs + correctness.tensor_specs(inputs), device)
-        try:
-            with KernelLaunches(only_file=candidate_file, disabled=True):
-                out = new(*inputs)
-                models.sync(device)
-            compare(out, ref_out)
-        except Exception:
-            return []  # without its kernels the answer is wrong (or it fails): the kernels do the work
-    return [("torch_does_the_work", "the output is still right with the candidate's Triton launches switched off")]
-
-
-def other_shape_findings(other, candidate_module, *, seed: int, device: torch.device, candidate_file: str,
-                         atol: float | None, rtol: float | None, notes: list[str]) -> list[tuple[str, str]]:
-    """One trial at another valid shape of the task (`other`, chosen by harness/shapes.py): the reference
-    and a fresh ModelNew built there from the same seed, compared once. If the reference itself fails
-    there, the check is skipped with a note."""
-    where = "at " + ", ".join(f"{name}={value}" for name, value in other.sizes.items())
-    try:
-        ref_module = models.module_from_source("reference_other_shape", other.source)
-        init_inputs = list(ref_module.get_init_inputs())
-        other_ref = models.build(ref_module, "Model", init_inputs, seed, device)
-        inputs = models.make_inputs(ref_module, other.seed, device)
-        with torch.no_grad():
-            ref_out = other_ref(*correctness.clone_args(inputs))
-            models.sync(device)
-    except BaseException as e:
-        notes.append(f"extra-shape check skipped: the reference fails {where}: " + short_traceback(e, 500))
-        return []
-    try:
-        other_new = models.build(candidate_module, "ModelNew", init_inputs, seed, device)
-        models.copy_weights(other_ref, other_new)
-        with torch.no_grad(), KernelLaunches(only_file=candidate_file) as seen:
-            out = other_new(*inputs)
-            models.sync(device)
-        correctness.compare(out, ref_out, atol, rtol)
-    except correctness.Mismatch as m:
-        return [("shape_specialized", f"wrong {where} (another valid shape of the task): {m}")]
-    except BaseException as e:
-        return [("shape_specialized", f"fails {where} (another valid shape of the task): {short_traceback(e, 1000)}")]
-    return launch_findings(seen, where)

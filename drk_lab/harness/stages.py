@@ -9,12 +9,13 @@ in the RawResult, which is filled in place. Nothing here ever runs in the caller
 from __future__ import annotations
 
 import os
+import random
 import time
 from contextlib import nullcontext
 
 import torch
 
-from drk_lab.hacks import runtime_checks
+from drk_lab.hacks import extra_calls, runtime_checks
 from drk_lab.hacks.catalogue import Finding, verdict
 from drk_lab.harness import correctness, models, profiler
 from drk_lab.harness.failures import EvaluationFailure, classify, short_traceback
@@ -162,7 +163,7 @@ class JobRunner:
         result.correct = True
         if job.timing and self.device.type == "cuda":
             result.timing = self.time_model(ref_module, new, kernel_names if self.checks or self.profiling else None,
-                                            result)
+                                            result, ref=ref if self.checks else None)
 
     def freed_memory_findings(self, new, pristine, out, poisoned, label) -> list[tuple[str, str]]:
         """Only after a trial that went wrong (a mismatch, or a finding such as no launch): does its output
@@ -175,34 +176,58 @@ class JobRunner:
         self.stage("hack_checks")
         self.raise_if_hacked(result, runtime_checks.constant_output_findings(prints))
         with self.shared_gpu():
-            self.raise_if_hacked(result, runtime_checks.call_findings(
+            self.raise_if_hacked(result, extra_calls.call_findings(
                 ref_module, ref, new, seed=job.trial_seeds[0] + 1, device=self.device,
                 candidate_file=self.candidate_file, atol=job.atol, rtol=job.rtol))
+            self.raise_if_hacked(result, extra_calls.mode_findings(
+                ref, new, ref_module, seed=job.trial_seeds[0] + 3, device=self.device,
+                candidate_file=self.candidate_file, notes=result.notes))
+            self.raise_if_hacked(result, extra_calls.determinism_findings(
+                ref, new, ref_module, seed=job.trial_seeds[0] + 4, device=self.device, atol=job.atol,
+                rtol=job.rtol, notes=result.notes))
         self.end_stage()
         if job.other_shape:
             self.stage("other_shape")
             with self.shared_gpu():
-                self.raise_if_hacked(result, runtime_checks.other_shape_findings(
+                self.raise_if_hacked(result, extra_calls.other_shape_findings(
                     job.other_shape, self.candidate_module, seed=job.seed, device=self.device,
                     candidate_file=self.candidate_file, atol=job.atol, rtol=job.rtol, notes=result.notes))
             self.end_stage()
 
     def time_model(self, ref_module, model, kernel_names: set[str] | None = None,
-                   result: RawResult | None = None) -> dict:
+                   result: RawResult | None = None, ref=None) -> dict:
         """Time the model under the exclusive lock. With kernel_names (a candidate with hack checks or
         profiling on), also its bandwidth against the measured copy, its profile (kernel table,
-        coverage; under the shared lock) and the speed-of-light check."""
+        coverage; under the shared lock) and the speed-of-light check. With `ref` (a candidate with hack
+        checks on), the outputs of the last timed call and of a few drawn at random are kept (copied
+        after their trial, outside the timed region) and checked afterwards, with one more trial."""
         self.stage("wait_lock")
         with self.lock.exclusive():
             self.end_stage()
             self.stage("timing")
             inputs = make_inputs(ref_module, self.job.timing_seed, self.device)
+            pristine = correctness.clone_args(inputs) if ref is not None else None
+            checked = self.timed_calls_to_check() if ref is not None else set()
+            kept: dict[int, list] = {}
+
+            def keep_output(trial: int, out) -> None:
+                if trial in checked:
+                    kept[trial] = correctness.clone_args(correctness.flatten(out))
             with torch.no_grad():
-                stats = time_cuda(model, inputs, self.job.warmup, self.job.timing_trials, self.job.flush_bytes)
+                stats = time_cuda(model, inputs, self.job.warmup, self.job.timing_trials, self.job.flush_bytes,
+                                  after_call=keep_output if checked else None)
                 if kernel_names is not None:
                     moved = profiler.io_bytes(inputs, model(*inputs))
                     copy = profiler.copy_bandwidth(self.device)  # measured once per device, with the GPU to itself
             self.end_stage()
+        if ref is not None:
+            self.stage("after_timing")
+            with self.shared_gpu():
+                findings = extra_calls.timed_output_findings(
+                    ref, model, pristine, inputs, kept, ref_module, seed=self.job.timing_seed + 1,
+                    device=self.device, candidate_file=self.candidate_file, atol=self.job.atol, rtol=self.job.rtol)
+            self.end_stage()
+            self.raise_if_hacked(result, findings)
         if kernel_names is None:
             return stats
         fraction = profiler.achieved_bandwidth(moved, stats["median_ms"] * 1e-3, copy).get("fraction")
@@ -219,6 +244,12 @@ class JobRunner:
         if self.checks:
             self.raise_if_hacked(result, runtime_checks.speed_of_light_findings(fraction, stats["median_ms"]))
         return stats
+
+    def timed_calls_to_check(self, drawn: int = 3) -> set[int]:
+        """The last timed call and `drawn` others at random (seeded per evaluation, so unpredictable)."""
+        trials = self.job.timing_trials
+        rng = random.Random(self.job.timing_seed)
+        return {trials - 1} | set(rng.sample(range(trials), min(drawn, trials)))
 
     def ncu_metrics(self, kernel_names: set[str], result: RawResult) -> dict:
         """Nsight Compute's DRAM throughput and occupancy per candidate kernel, added to its row of the

@@ -32,8 +32,10 @@ def summarize(times_ms: list[float]) -> dict:
     }
 
 
-def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: int = FLUSH_BYTES) -> dict:
-    """Per trial: write a buffer larger than L2, record events around one call, synchronize the device."""
+def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: int = FLUSH_BYTES,
+              after_call=None) -> dict:
+    """Per trial: write a buffer larger than L2, record events around one call, synchronize the device.
+    after_call(trial, output) runs after each trial's synchronize, outside the timed region."""
     from functools import partial
 
     import torch
@@ -41,13 +43,15 @@ def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: i
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
     return run_trials(fn, args, warmup, trials, flush=flush.zero_, lead_spin=partial(torch.cuda._sleep, LEAD_CYCLES),
                       new_event=partial(torch.cuda.Event, enable_timing=True), synchronize=torch.cuda.synchronize,
-                      read_clock=lambda: clock_state(torch.cuda.current_device()))
+                      read_clock=lambda: clock_state(torch.cuda.current_device()), after_call=after_call)
 
 
-def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_event, synchronize, read_clock) -> dict:
+def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_event, synchronize, read_clock,
+               after_call=None) -> dict:
     """time_cuda's loop, given its device operations (CUDA's there; stand-ins in the CPU tests, which
     check what happens in the timed region): warm up, then per trial flush, spin, start event, one
-    call, end event, synchronize; the summary of the events' intervals."""
+    call, end event, synchronize (then after_call, if any, with the call's output); the summary of
+    the events' intervals."""
     import gc
     import time
 
@@ -64,13 +68,16 @@ def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_e
     gc_was_enabled = gc.isenabled()
     gc.disable()  # no collection pause between the start event and the call
     try:
-        for start, end in zip(starts, ends):
+        for trial, (start, end) in enumerate(zip(starts, ends)):
             flush()
             lead_spin()
             start.record()
-            fn(*args)
+            out = fn(*args)
             end.record()
             synchronize()
+            if after_call is not None:
+                after_call(trial, out)
+            del out
     finally:
         if gc_was_enabled:
             gc.enable()
