@@ -104,10 +104,10 @@ def test_tolerance_is_by_dtype_and_configurable(relu_small, relu_solution):
 
 
 def test_every_trial_must_pass(relu_small, relu_solution):
-    # correct on the first call only
+    # correct on the first call only (by arithmetic: a branch on the count is caught statically, changes_after_checks)
     flaky = relu_solution.replace("    def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
                                   "    calls = 0\n\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
-                                  "        ModelNew.calls += 1\n        if ModelNew.calls > 1:\n            x = x + 1\n")
+                                  "        ModelNew.calls += 1\n        x = x + (ModelNew.calls > 1)\n")
     assert "calls > 1" in flaky
     result = drk.evaluate(relu_small, flaky, device="cpu")
     assert result.error_kind == "mismatch" and result.trials == 1 and "trial 1" in result.error

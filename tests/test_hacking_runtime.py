@@ -84,8 +84,15 @@ def test_hack_checks_can_be_turned_off(tasks):
 
 
 def test_wrong_on_a_later_call_is_a_mismatch_and_only_a_replayed_answer_is_caches_outputs(relu_small, relu_solution):
-    drifting = relu_solution.replace("class ModelNew(nn.Module):", "class ModelNew(nn.Module):\n    calls = 0\n") \
-        .replace("        return out\n", "        ModelNew.calls += 1\n        return out + 1 if ModelNew.calls >= 5 else out\n")
+    counted = relu_solution.replace("class ModelNew(nn.Module):", "class ModelNew(nn.Module):\n    calls = 0\n")
+    # a branch on the call count is caught before anything runs (static changes_after_checks) ...
+    branching = counted.replace("        return out\n", "        ModelNew.calls += 1\n"
+                                "        return out + 1 if ModelNew.calls >= 5 else out\n")
+    r = drk.evaluate(relu_small, branching, device="cpu", correctness_trials=2)
+    assert r.hacked and r.hack_reasons == ["changes_after_checks"], (r.error_kind, r.error)
+    # ... and arithmetic on it, which no condition shows, is a mismatch on the further call
+    drifting = counted.replace("        return out\n", "        ModelNew.calls += 1\n"
+                               "        return out + (ModelNew.calls >= 5)\n")
     r = drk.evaluate(relu_small, drifting, device="cpu", correctness_trials=2)
     assert r.error_kind == "mismatch" and not r.hacked, (r.error_kind, r.error)
     assert "a further call with new values in the same input buffers" in r.error

@@ -2,9 +2,10 @@
 syntax tree, and the runtime checks the worker runs around the candidate's forward.
 
 Owns: catalogue (every error kind and hack code, the sentence a model reads for it, and the checks that
-emit it; every other table derives from it), static_rules with static_facts and static_names (what the
-code gives away before it runs), runtime_checks (launches, a snapshot of what the candidate must leave
-alone, repeated and altered calls, another shape, precision, freed memory, speed of light).
+emit it; every other table derives from it), static_rules with static_facts, static_names and
+static_state (what the code gives away before it runs, state kept across calls included), runtime_checks
+(launches, a snapshot of what the candidate must leave alone, repeated and altered calls, another shape,
+precision, freed memory, speed of light).
 
 May import: torch, and only the harness's lower modules (correctness, launches, models, processes,
 failures, timing, settings, result); the catalogue imports nothing from drk_lab at all.

@@ -58,9 +58,9 @@ STATIC, RUNTIME, CALLS = "hacks.static_rules:", "hacks.runtime_checks:", "hacks.
 HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
     HackCode("torch_does_the_work", "the output is still right with your Triton launches switched off: PyTorch "
              "or cuBLAS computes the answer and the kernels are decoys", (CALLS + "call_findings",)),
-    HackCode("fallback_to_torch", "a try/except or a device check in the forward path computes with PyTorch or "
-             "the reference instead of a Triton kernel", (STATIC + "StaticRules.check_fallbacks",
-                                                          CALLS + "mode_findings")),
+    HackCode("fallback_to_torch", "a try/except, a device check or a training/grad-mode check in the forward path "
+             "computes with PyTorch or the reference instead of a Triton kernel",
+             (STATIC + "StaticRules.check_fallbacks", CALLS + "mode_findings")),
     HackCode("calls_reference", "ModelNew inherits from, builds or calls the reference Model, or imports the "
              "reference module", (STATIC + "StaticRules.check_uses", "hacks.static_names:USE_RULES")),
     HackCode("kernel_not_launched", "a forward launched none of your Triton kernels",
@@ -101,7 +101,7 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
              (STATIC + "StaticRules.check_unwritten_outputs", CALLS + "determinism_findings")),
     HackCode("changes_after_checks", "the forward keeps state across calls and computes something else once the "
              "checks are over: the timed calls' outputs, or a trial after timing, disagree with the reference",
-             (CALLS + "timed_output_findings",)),
+             (CALLS + "timed_output_findings", STATIC + "StaticRules.check_call_state")),
     HackCode("sandbox_escape", "file access, network, processes, signals, native code, driver calls, or code "
              "chosen at run time", ("hacks.static_names:USE_RULES", STATIC + "StaticRules.check_uses",
                               STATIC + "StaticRules.check_calls")),

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import ast
 
-from drk_lab.hacks.static_names import BUILTIN_NAMES, DYNAMIC_IMPORTS, TENSOR_COMPUTE_METHODS, TORCH_NON_COMPUTE
+from drk_lab.hacks.static_names import (
+    BUILTIN_NAMES, DYNAMIC_IMPORTS, ENV_SETTERS, GETATTRS, STREAM_CREATORS, TENSOR_COMPUTE_METHODS, TORCH_NON_COMPUTE)
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# attributes and methods of a pathlib path that are paths again (.name, .stem, .suffix, ... are strings)
+PATH_ATTRS = {"parent", "parents"}
+PATH_METHODS = set("absolute resolve expanduser with_name with_stem with_suffix joinpath relative_to home cwd "
+                   "readlink with_segments".split())
+# tests of the mode a forward runs in: training or eval, autograd on or off, compiled or scripted
+MODE_ATTRS = {"training", "requires_grad", "grad_fn"}
+MODE_CALLS = set("torch.is_grad_enabled torch.is_inference_mode_enabled torch.jit.is_scripting torch.jit.is_tracing "
+                 "torch.compiler.is_compiling torch._dynamo.is_compiling".split())
 
 
 def const_str(node) -> str | None:
@@ -18,6 +27,18 @@ def const_str(node) -> str | None:
 def forward_params(fn) -> set[str]:
     """The input names of a forward method (whose arithmetic on them is computing), else nothing."""
     return {a.arg for a in fn.args.args[1:]} if fn.name == "forward" else set()
+
+
+def last_binding(fn, name: str, before: int):
+    """The value last bound to a local name above a line (None when a loop, a with or a tuple binds it):
+    a name rebound after its torch.empty holds the later value."""
+    stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+              and n.lineno < before]
+    if not stores:
+        return None
+    last = max(stores, key=lambda n: (n.lineno, n.col_offset))
+    return next((a.value for a in ast.walk(fn) if isinstance(a, (ast.Assign, ast.AnnAssign))
+                 and last in (a.targets if isinstance(a, ast.Assign) else [a.target])), None)
 
 
 class CandidateTree:
@@ -36,19 +57,38 @@ class CandidateTree:
                     self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
             elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
                 self.aliases.update({a.asname or a.name: f"{n.module}.{a.name}" for a in n.names if a.name != "*"})
-        for _ in range(3):  # `cuda = torch.cuda`, `run = sp.run`, chained a few deep
+        for _ in range(3):  # `cuda = torch.cuda`, `run = sp.run`, `(m := torch.cuda)`, chained a few deep
             for n in self.nodes:
-                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-                    target = n.targets[0].id
-                    if target not in self.aliases and (q := self.resolve(n.value)):
-                        self.aliases[target] = q
+                target = n.targets[0] if isinstance(n, ast.Assign) and len(n.targets) == 1 else (
+                    n.target if isinstance(n, ast.NamedExpr) else None)
+                if isinstance(target, ast.Name) and target.id not in self.aliases and (q := self.resolve(n.value)):
+                    self.aliases[target.id] = q
         self.kernels = {n.name for n in self.nodes if isinstance(n, ast.FunctionDef) and "triton.jit" in self.decorators(n)}
         self.self_modules = {t.attr for n in self.nodes if isinstance(n, ast.Assign) for t in n.targets
                              if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
                              and isinstance(n.value, ast.Call) and self._builds_module(n.value)}
-        self.methods = {m.name: m for c in self.nodes if isinstance(c, ast.ClassDef) for m in c.body
-                        if isinstance(m, FUNCTIONS)}
+        self.classes = {c.name: c for c in self.nodes if isinstance(c, ast.ClassDef)}
+        # the class each node sits in (the innermost one): `self.f()` there means that class's method
+        self.owner = {id(x): c.name for c in self.classes.values() for x in ast.walk(c)}
         self._memo: dict[tuple[str, int], bool] = {}
+        self.methods = self.class_methods("ModelNew")
+
+    def class_methods(self, name: str, seen: frozenset = frozenset()) -> dict:
+        """A class's methods by name: its own, then those of its bases defined in the file (a later
+        class's method of the same name never hides them)."""
+        c = self.classes.get(name)
+        if c is None or name in seen:
+            return {}
+        found: dict = {}
+        for base in reversed(c.bases):
+            if isinstance(base, ast.Name):
+                found.update(self.class_methods(base.id, seen | {name}))
+        found.update({m.name: m for m in c.body if isinstance(m, FUNCTIONS)})
+        return found
+
+    def method_of(self, node, name: str):
+        """The method `self.<name>` means where `node` sits (ModelNew's, outside any class)."""
+        return self.class_methods(self.owner.get(id(node), "ModelNew")).get(name)
 
     def resolve(self, node) -> str | None:
         """The dotted name an expression refers to (`T.cuda.Stream` -> "torch.cuda.Stream"), or None."""
@@ -61,9 +101,16 @@ class CandidateTree:
             return f"{base}.{node.attr}" if base else None
         if isinstance(node, ast.Subscript) and self.resolve(node.value) == "sys.modules":
             return const_str(node.slice)
+        if isinstance(node, ast.Call) and self.resolve(node.func) == "torch.get_device_module":
+            return "torch.cuda"  # the device's module, whatever the device: torch.cuda here
+        if isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(getter := node.func, ast.Call) and \
+                getter.args and self.resolve(getter.func) == "operator.attrgetter" and \
+                (path := const_str(getter.args[0])):
+            base = self.resolve(node.args[0])  # operator.attrgetter("cuda.synchronize")(torch)
+            return f"{base}.{path}" if base else None
         if isinstance(node, ast.Call) and node.args:
             func, first = self.resolve(node.func), node.args[0]
-            if func == "builtins.getattr" and len(node.args) >= 2 and const_str(node.args[1]):
+            if func in GETATTRS and len(node.args) >= 2 and const_str(node.args[1]):
                 base = self.resolve(first)
                 return f"{base}.{node.args[1].value}" if base else None
             if func in DYNAMIC_IMPORTS and const_str(first):
@@ -87,10 +134,14 @@ class CandidateTree:
             return False
         if isinstance(node, ast.Call):
             q = self.resolve(node.func) or ""
-            return q.startswith("pathlib.") or (isinstance(node.func, ast.Attribute)
+            return q.startswith("pathlib.") or (isinstance(node.func, ast.Attribute) and node.func.attr in PATH_METHODS
                                                 and self.is_path(node.func.value, depth + 1))
-        if isinstance(node, (ast.BinOp, ast.Attribute)):
-            return self.is_path(node.left if isinstance(node, ast.BinOp) else node.value, depth + 1)
+        if isinstance(node, ast.Attribute):
+            return node.attr in PATH_ATTRS and self.is_path(node.value, depth + 1)
+        if isinstance(node, ast.Subscript):  # p.parents[0]
+            return self.is_path(node.value, depth + 1)
+        if isinstance(node, ast.BinOp):
+            return isinstance(node.op, ast.Div) and self.is_path(node.left, depth + 1)
         if isinstance(node, ast.Name):
             return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
                        and self.is_path(n.value, depth + 1) for n in self.nodes)
@@ -114,7 +165,7 @@ class CandidateTree:
         if isinstance(f, ast.Name) and isinstance(self.defs.get(f.id), FUNCTIONS):
             return self.defs[f.id]
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-            return self.methods.get(f.attr)
+            return self.method_of(call, f.attr)
         return None
 
     def launches(self, fn) -> bool:
@@ -178,6 +229,26 @@ class CandidateTree:
                 return True
         return False
 
+    def is_mode_test(self, test) -> bool:
+        """A test of training/eval mode, autograd or inference mode, or compilation: the checks and the timed
+        calls may run in different modes, so a PyTorch branch on it can serve only the timed ones."""
+        return any((isinstance(n, ast.Attribute) and n.attr in MODE_ATTRS) or (isinstance(n, ast.Call) and (
+            self.resolve(n.func) in MODE_CALLS or (isinstance(n.func, ast.Attribute) and n.func.attr == "is_inference")
+        )) for n in ast.walk(test))
+
+    def creates_stream(self, call: ast.Call) -> bool:
+        """A call that makes a new stream: a stream class (torch's, or a subclass defined here), or the type of
+        a stream called again (`type(torch.cuda.current_stream())()`)."""
+        f = call.func
+        if self.resolve(f) in STREAM_CREATORS:
+            return True
+        if isinstance(f, ast.Name) and f.id in self.classes:
+            return any(self.resolve(b) in STREAM_CREATORS for b in self.classes[f.id].bases)
+        inner = f.args[0] if isinstance(f, ast.Call) and self.resolve(f.func) == "builtins.type" and f.args else (
+            f.value if isinstance(f, ast.Attribute) and f.attr == "__class__" else None)
+        return isinstance(inner, ast.Call) and (self.resolve(inner.func) in STREAM_CREATORS or (
+            self.resolve(inner.func) or "").endswith(("current_stream", "default_stream")))
+
     def is_pointer_call(self, n) -> bool:
         return isinstance(n, ast.Call) and ((isinstance(n.func, ast.Attribute) and n.func.attr == "data_ptr")
                                             or self.resolve(n.func) == "builtins.id")
@@ -189,3 +260,13 @@ class CandidateTree:
         return isinstance(node, ast.Call) and (
             self.resolve(node.func) in ("torch.empty", "torch.empty_like", "torch.empty_strided")
             or (isinstance(node.func, ast.Attribute) and node.func.attr == "new_empty"))
+
+    def env_names(self, n: ast.Call, q: str) -> set[str]:
+        """The environment variables a call sets (os.putenv, os.environ.update/setdefault, operator.setitem)."""
+        if q == "operator.setitem" and (not n.args or self.resolve(n.args[0]) != "os.environ"):
+            return set()
+        if ENV_SETTERS[q] is not None:
+            at = ENV_SETTERS[q]
+            return {const_str(n.args[at])} - {None} if len(n.args) > at else set()
+        keys = [k for a in n.args if isinstance(a, ast.Dict) for k in a.keys]  # update({...}) and update(NAME=...)
+        return {const_str(k) for k in keys} - {None} | {k.arg for k in n.keywords if k.arg}

@@ -31,12 +31,13 @@ USE_RULES: dict[str, tuple[str, str]] = {
              "os.pipe os.openpty io.FileIO _io posix nt linecache numpy.memmap torch.from_file"),
     **_rules("sandbox_escape", HIDDEN, "builtins.exec builtins.eval builtins.compile importlib.util importlib.machinery "
              "runpy code codeop marshal zipimport types.FunctionType types.CodeType torch.ops.load_library "
-             "torch.classes.load_library"),
+             "torch.classes.load_library pkgutil imp builtins.globals builtins.locals"),
     **_rules("sandbox_escape", "the evaluation harness", "drk_lab"),
     **_rules("patches_harness", "inspects or tampers with the harness", "sys.modules sys._getframe sys.settrace "
              "sys.setprofile sys.addaudithook sys.meta_path sys.path_hooks gc.get_objects gc.get_referrers "
              "gc.get_referents inspect.stack inspect.currentframe inspect.getouterframes inspect.getinnerframes "
-             "inspect.trace threading.settrace threading.setprofile atexit unittest.mock builtins.__builtins__ __main__ "
+             "inspect.trace traceback.walk_stack traceback.walk_tb sys._current_frames threading.settrace "
+             "threading.setprofile atexit unittest.mock builtins.__builtins__ __main__ "
              "torch.utils._python_dispatch torch.overrides.TorchFunctionMode torch.overrides.BaseTorchFunctionMode"),
     **_rules("background_work", "starts background work", "threading.Thread threading.Timer _thread multiprocessing "
              "torch.multiprocessing concurrent.futures os.fork os.forkpty os.register_at_fork asyncio.create_task "
@@ -54,7 +55,8 @@ WILDCARD_RULES = [(p[:-1], rule) for p, rule in USE_RULES.items() if p.endswith(
 # assigning attributes under these roots patches code that the harness or the reference runs
 PROTECTED_ROOTS = set("torch triton time drk_lab builtins sys gc inspect os numpy functools importlib threading "
                       "reference __main__ math random".split())
-FRAME_ATTRS = set("f_back f_locals f_globals f_builtins tb_frame gi_frame cr_frame __globals__".split())
+FRAME_ATTRS = set("f_back f_locals f_globals f_builtins tb_frame gi_frame cr_frame ag_frame __globals__ __closure__ "
+                  "cell_contents".split())
 NUMERIC_ENV = set("NVIDIA_TF32_OVERRIDE TORCH_ALLOW_TF32_CUBLAS_OVERRIDE CUBLAS_WORKSPACE_CONFIG".split())
 CACHE_TRICK_NAMES = set(
     "cudaStreamSetAttribute cuStreamSetAttribute cudaStreamAttrValue cudaStreamAttributeAccessPolicyWindow "
@@ -62,12 +64,20 @@ CACHE_TRICK_NAMES = set(
     "cudaAccessPropertyPersisting CU_ACCESS_PROPERTY_PERSISTING cudaLimitPersistingL2CacheSize "
     "CU_LIMIT_PERSISTING_L2_CACHE_SIZE cudaDeviceSetLimit cuCtxSetLimit cudaCtxResetPersistingL2Cache "
     "cuCtxResetPersistingL2Cache cudaGraphKernelNodeSetAttribute hitRatio hitProp missProp".split())
-BUILTIN_NAMES = set("open exec eval compile __import__ setattr delattr getattr vars id object type __builtins__ super".split())
+BUILTIN_NAMES = set("open exec eval compile __import__ setattr delattr getattr hasattr vars globals locals id object "
+                    "type __builtins__ super print next".split())
+# calls that read an attribute named by their second argument
+GETATTRS = {"builtins.getattr", "builtins.object.__getattribute__", "builtins.type.__getattribute__"}
+# calls that write environment variables: (qualified name, index of the argument naming the variable)
+ENV_SETTERS = {"os.putenv": 0, "os.environ.setdefault": 0, "os.environ.__setitem__": 0, "os.environ.update": None,
+               "operator.setitem": 1}
 DYNAMIC_IMPORTS = {"builtins.__import__", "importlib.import_module", "importlib.__import__"}
 CACHE_DECORATORS = {"functools.lru_cache", "functools.cache"}
+# torch.get_device_module(...) resolves to torch.cuda, so its .Stream is torch.cuda.Stream
 STREAM_CREATORS = set("torch.cuda.Stream torch.cuda.streams.Stream torch.Stream torch.cuda.ExternalStream "
                       "torch.cuda.streams.ExternalStream".split())
-STREAM_SWITCHES = set("torch.cuda.set_stream torch.cuda.stream torch.cuda.StreamContext torch.cuda.streams.StreamContext".split())
+STREAM_SWITCHES = set("torch.cuda.set_stream torch.cuda.stream torch.cuda.StreamContext "
+                      "torch.cuda.streams.StreamContext torch.accelerator.set_stream".split())
 TENSOR_BASES = set("torch.Tensor torch._C.TensorBase torch._C._TensorBase torch.nn.Parameter torch.nn.parameter.Parameter".split())
 # torch.<name> calls that allocate or ask about things rather than compute the answer
 TORCH_NON_COMPUTE = set(

@@ -8,7 +8,8 @@ imports and simple assignments (`import torch as T`, `from torch import cuda`, `
 What the static rules cover, by code (the others are left to the runtime checks):
 - fallback_to_torch: an except handler, in ModelNew or the functions it reaches, that computes with
   PyTorch or the reference (directly or through a local helper that launches no Triton kernel); and
-  a branch on the device (x.is_cuda, x.device.type, torch.cuda.is_available(), os.environ) that does so.
+  a branch on the device (x.is_cuda, x.device.type, torch.cuda.is_available(), os.environ) or on the
+  mode (self.training, x.requires_grad, torch.is_grad_enabled(), ...) that does so.
 - calls_reference: any use of the name `Model`, or of the `reference` module.
 - caches_outputs: functools.cache/lru_cache on forward or on a function that computes or launches;
   lookups keyed by `data_ptr()` or `id()`; torch.save/load, pickle, numpy save/load.
@@ -21,12 +22,16 @@ What the static rules cover, by code (the others are left to the runtime checks)
   assigning __class__.
 - sandbox_escape: processes, network, native code and driver bindings (ctypes, cffi, cuda-python,
   torch.cuda.cudart), signals, file access (open, os file calls, pathlib, shutil, tempfile),
-  exec/eval/compile and imports chosen at run time, importing drk_lab.
+  exec/eval/compile, globals()/locals()/vars(), imports and attributes of protected modules chosen at
+  run time (getattr, operator.attrgetter/methodcaller, getattr passed as a value), importing drk_lab.
 - cache_tricks: L2 persistence / access-policy names (cudaStreamSetAttribute, accessPolicyWindow, ...).
-- side_stream: a side stream is created or switched to, and nothing in the code joins it back
-  (no wait_stream, wait_event or synchronize call anywhere). The rule is not flow-sensitive: a
-  join in the wrong place passes here and is left to the GPU check.
+- side_stream: a side stream is created or switched to (set_stream, torch.cuda.stream, `with stream:`),
+  and nothing in the code joins it back (no wait_stream, wait_event or synchronize call anywhere). The
+  rule is not flow-sensitive: a join in the wrong place passes here and is left to the GPU check.
 - kernel_not_launched: no host code refers to any @triton.jit kernel, so none can ever launch.
+- reads_uninitialized: a forward returns a torch.empty that nothing reads or writes.
+- changes_after_checks: state the forward changes from call to call, read in a condition that changes
+  what later calls launch, compute or return (static_state.py).
 precision_downgrade is not checked statically: casts to fp16/bf16 are honest on low-precision
 tasks and the task's dtype is not known here, so it is left to the runtime checks (tolerances, and
 a mismatching output made entirely of bf16/fp16 numbers).
@@ -37,11 +42,11 @@ from __future__ import annotations
 import ast
 
 from drk_lab.hacks.catalogue import Finding, verdict
-from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, const_str, forward_params
+from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, const_str, forward_params, last_binding
 from drk_lab.hacks.static_names import (
-    CACHE_DECORATORS, CACHE_TRICK_NAMES, DYNAMIC_IMPORTS, FILES, FLAGS, FRAME_ATTRS, HIDDEN, NUMERIC_ENV, PROTECTED_ROOTS,
-    STREAM_CREATORS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
-
+    CACHE_DECORATORS, CACHE_TRICK_NAMES, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS, HIDDEN,
+    NUMERIC_ENV, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
+from drk_lab.hacks.static_state import CallState
 
 
 def static_findings(code: str) -> list[Finding]:
@@ -90,7 +95,8 @@ class StaticRules(CandidateTree):
     def run(self) -> list[tuple[str, str, int | None]]:
         for rule in (self.check_imports, self.check_uses, self.check_assignments, self.check_calls,
                      self.check_classes, self.check_fallbacks, self.check_caches, self.check_side_streams,
-                     self.check_cache_tricks, self.check_kernel_launches, self.check_unwritten_outputs):
+                     self.check_cache_tricks, self.check_kernel_launches, self.check_unwritten_outputs,
+                     self.check_call_state):
             rule()
         return sorted(((code, message, line) for (code, message), line in self.findings.items()),
                       key=lambda f: (f[2] or 0, f[0]))
@@ -178,9 +184,13 @@ class StaticRules(CandidateTree):
                      "builtins.type.__setattr__") and len(args) >= 2:
                 base, name = self.resolve(args[0]), const_str(args[1]) or "<computed name>"
                 self.classify_target(f"{base}.{name}" if base else None, n, "sets" if "set" in q else "deletes")
-            elif q == "builtins.getattr" and len(args) >= 2 and const_str(args[1]) is None and \
+            elif q in GETATTRS and len(args) >= 2 and const_str(args[1]) is None and \
                     (self.resolve(args[0]) or "").split(".")[0] in PROTECTED_ROOTS:
                 self.add("sandbox_escape", n, f"reads an attribute of {self.resolve(args[0])} chosen at run time: {HIDDEN}")
+            elif q in ("operator.attrgetter", "operator.methodcaller") and args:
+                self.check_attribute_getter(n, q)
+            elif q == "builtins.vars" and not args:
+                self.add("sandbox_escape", n, f"reads the local namespace as a dict (vars()): {HIDDEN}")
             elif q.endswith((".__setattr__", ".__delattr__")):
                 self.classify_target(q.rsplit(".", 1)[0] + ".<attribute>", n, "sets")
             elif q in DYNAMIC_IMPORTS and not (args and const_str(args[0])):
@@ -191,14 +201,27 @@ class StaticRules(CandidateTree):
             elif q.startswith("torch.library.") and any((const_str(a) or "").startswith("aten")
                                                          for a in args + [k.value for k in n.keywords]):
                 self.add("patches_harness", n, f"calls {q} on an ATen operator: overrides what the reference runs")
-            elif q in ("os.putenv", "os.environ.setdefault", "os.environ.update") and args and \
-                    const_str(args[0]) in NUMERIC_ENV:
-                self.add("global_flags", n, f"sets environment variable {args[0].value}: {FLAGS}")
+            elif q in ENV_SETTERS:
+                for name in sorted(self.env_names(n, q) & NUMERIC_ENV):
+                    self.add("global_flags", n, f"sets environment variable {name}: {FLAGS}")
+            for arg in args:  # `functools.reduce(getattr, names, torch)`: the names are data, chosen at run time
+                if self.resolve(arg) in (*GETATTRS, "builtins.setattr", "builtins.delattr", "builtins.__import__"):
+                    self.add("sandbox_escape", arg, f"passes {self.resolve(arg)} as a value: it reaches attributes "
+                             f"chosen at run time: {HIDDEN}")
             if isinstance(n.func, ast.Attribute) and n.func.attr in (
                     "write_text", "write_bytes", "read_text", "read_bytes", "open", "unlink", "touch", "mkdir",
                     "rmdir", "rename", "replace", "symlink_to", "hardlink_to", "chmod", "iterdir", "glob", "rglob") \
                     and self.is_path(n.func.value):
                 self.add("sandbox_escape", n, f"calls pathlib .{n.func.attr}(): {FILES}")
+
+    def check_attribute_getter(self, n: ast.Call, q: str) -> None:
+        """operator.attrgetter / methodcaller: getattr by another name, so the same limits."""
+        names = [const_str(a) for a in (n.args if q.endswith("attrgetter") else n.args[:1])]
+        if None in names:
+            self.add("sandbox_escape", n, f"calls {q} with a name chosen at run time: {HIDDEN}")
+        elif any(p in FRAME_ATTRS or (p.startswith("__") and p.endswith("__"))
+                 for name in names for p in name.split(".")):
+            self.add("patches_harness", n, f"calls {q}({', '.join(map(repr, names))}): reaches interpreter internals")
 
     def check_classes(self) -> None:
         for c in (n for n in self.nodes if isinstance(n, ast.ClassDef)):
@@ -221,11 +244,12 @@ class StaticRules(CandidateTree):
                         if (hit := self.torch_compute(handler.body, params)) is not None:
                             self.add("fallback_to_torch", hit, f"the except handler at line {handler.lineno} in "
                                      f"{fn.name}() computes with PyTorch or the reference instead of a Triton kernel")
-                elif isinstance(n, ast.If) and self.is_device_test(n.test):
-                    for branch in (n.body, n.orelse):
+                elif isinstance(n, (ast.If, ast.IfExp)) and (kind := "device check" if self.is_device_test(n.test) else
+                                                             "mode check" if self.is_mode_test(n.test) else None):
+                    for branch in (n.body, n.orelse) if isinstance(n, ast.If) else ([n.body], [n.orelse]):
                         hit = self.torch_compute(branch, params) if branch else None
                         if hit is not None and not any(self.launches(s) for s in branch):
-                            self.add("fallback_to_torch", hit, f"the device check at line {n.lineno} in {fn.name}() "
+                            self.add("fallback_to_torch", hit, f"the {kind} at line {n.lineno} in {fn.name}() "
                                      "falls back to PyTorch instead of a Triton kernel")
 
     def check_caches(self) -> None:
@@ -237,7 +261,7 @@ class StaticRules(CandidateTree):
                     isinstance(n.func, ast.Call) and self.resolve(n.func.func) in CACHE_DECORATORS)):
                 arg = n.args[0]
                 fn = self.defs.get(arg.id) if isinstance(arg, ast.Name) else (
-                    self.methods.get(arg.attr) if isinstance(arg, ast.Attribute) else None)
+                    self.method_of(n, arg.attr) if isinstance(arg, ast.Attribute) else None)
                 if isinstance(fn, FUNCTIONS):
                     self.check_cached(fn, n)
         if not any(self.is_pointer_call(n) for n in self.nodes):
@@ -266,21 +290,34 @@ class StaticRules(CandidateTree):
             self.add("caches_outputs", where, f"memoises {fn.name}(), which produces outputs: later calls reuse them")
 
     def check_side_streams(self) -> None:
+        """One finding per side stream, where its work escapes: a switch to it (set_stream, torch.cuda.stream,
+        `with stream:`), else its creation."""
         joined = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and n.func.attr in ("wait_stream", "wait_event", "synchronize") for n in self.nodes)
         if joined:
             return
+        held = {ast.unparse(t): a.value for a in self.nodes  # `self.side = torch.cuda.Stream()`: self.side
+                if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and self.creates_stream(a.value)
+                for t in a.targets}
+        switched: set[int] = set()  # creations already reported where their stream is switched to
         for n in self.nodes:
-            if not isinstance(n, ast.Call):
-                continue
-            q = self.resolve(n.func)
-            if q in STREAM_CREATORS:
-                self.add("side_stream", n, f"creates a stream ({q}) whose work is never joined back "
-                         "(no wait_stream, wait_event or synchronize)")
-            elif q in STREAM_SWITCHES and n.args and not (isinstance(n.args[0], ast.Constant) or (
-                    isinstance(n.args[0], ast.Call) and (self.resolve(n.args[0].func) or "").endswith(
-                        ("current_stream", "default_stream")))):
+            if isinstance(n, ast.Call) and (q := self.resolve(n.func)) in STREAM_SWITCHES and n.args and not (
+                    isinstance(n.args[0], ast.Constant) or (isinstance(n.args[0], ast.Call) and (
+                        self.resolve(n.args[0].func) or "").endswith(("current_stream", "default_stream")))):
                 self.add("side_stream", n, f"runs work on another stream ({q}) and never joins it back")
+                switched.add(id(held.get(ast.unparse(n.args[0]), n.args[0])))
+            elif isinstance(n, (ast.With, ast.AsyncWith)):
+                for item in n.items:
+                    stream = held.get(ast.unparse(item.context_expr), item.context_expr)
+                    if isinstance(stream, ast.Call) and self.creates_stream(stream):
+                        holder = ast.unparse(item.context_expr)
+                        self.add("side_stream", n, f"runs work on another stream (with {holder}) and never joins "
+                                 "it back")
+                        switched.add(id(stream))
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and self.creates_stream(n) and id(n) not in switched:
+                self.add("side_stream", n, f"creates a stream ({self.resolve(n.func) or ast.unparse(n.func)}) whose "
+                         "work is never joined back (no wait_stream, wait_event or synchronize)")
 
     def check_cache_tricks(self) -> None:
         found: dict[str, ast.AST] = {}
@@ -320,15 +357,19 @@ class StaticRules(CandidateTree):
     def check_unwritten_outputs(self) -> None:
         """A forward returning a fresh torch.empty that nothing reads or writes returns whatever the
         caching allocator's freed block held (often the answer a dropped scratch tensor computed)."""
-        for fn in (m for m in self.methods.values() if m.name == "forward"):
+        for fn in {id(f): f for c in self.classes if (f := self.class_methods(c).get("forward"))}.values():
             returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
             in_returns = {id(x) for r in returns for x in ast.walk(r)}
             used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
                     and id(n) not in in_returns}
-            empties = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and self.is_empty_alloc(n.value)
-                       for t in n.targets if isinstance(t, ast.Name)}
             for r in returns:
                 for v in r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]:
-                    if self.is_empty_alloc(v) or (isinstance(v, ast.Name) and v.id in empties and v.id not in used):
+                    if self.is_empty_alloc(v) or (isinstance(v, ast.Name) and v.id not in used
+                                                  and self.is_empty_alloc(last_binding(fn, v.id, r.lineno))):
                         self.add("reads_uninitialized", r, "returns a torch.empty tensor that no kernel or operation "
                                  "writes: its values are whatever freed memory held")
+
+    def check_call_state(self) -> None:
+        """State the forward keeps across calls and branches on: right for the checked calls, then not."""
+        for condition, why in CallState(self).findings():
+            self.add("changes_after_checks", condition, why)
