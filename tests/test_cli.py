@@ -197,6 +197,9 @@ def mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["eval", str(RELU_TASK), code, "--small", "--full-size"],
          "drk eval: argument --full-size: not allowed with argument --small (see drk eval -h)"),
         (["tasks", str(tmp_path / "nope")], f"drk tasks: FOLDER {tmp_path / 'nope'}: no such folder"),
+        (["eval", str(tmp_path), code], f"drk eval: TASK_FILE {tmp_path}: a folder, not a task file"),
+        ([*policy, "scripted:"], "drk eval: --policy scripted:: scripted needs its argument (scripted:FOLDER)"),
+        ([*policy, "hf:"], "drk eval: --policy hf:: hf needs its argument (hf:MODEL_PATH)"),
     ]
 
 

@@ -199,7 +199,7 @@ def load_task(path: str | Path, check: bool = True) -> Task:
     """A KernelBench-format file -> Task. Raises TaskError naming the file if it is malformed."""
     path = Path(path)
     if not path.is_file():
-        raise TaskError(f"{path}: no such file")
+        raise TaskError(f"{path}: {'a folder, not a task file' if path.is_dir() else 'no such file'}")
     try:
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

@@ -79,4 +79,7 @@ def policy_from_spec(spec: str, tasks: list, *, temperature: float | None = None
         from drk_lab.policies.openai_compat import OpenAIPolicy
 
         return OpenAIPolicy(arg, base_url=base_url, max_concurrency=jobs or 8), tasks, None
+    needs = {k.partition(":")[0]: k for k in POLICY_KINDS if ":" in k and "[" not in k}
+    if kind in needs and not arg:
+        raise ValueError(f"{spec}: {kind} needs its argument ({needs[kind]})")
     raise ValueError(f"{spec}: not one of {', '.join(POLICY_KINDS)}")
