@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drk_lab.harness.devices import default_device
+from drk_lab.harness.devices import resolve_device
 from drk_lab.harness.evaluate import evaluate_many
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import DATA_DIR, Task, builtin_solution, builtin_tasks
@@ -50,7 +51,7 @@ def run_quickstart(device: str | None = None, max_in_flight: int | None = None, 
                    show: bool = True) -> list[tuple[str, Task, EvalResult, str]]:
     """Evaluate every built-in task's solution and the variants; return the rows (label, task, result,
     expected outcome) and, with `show`, print them as a table."""
-    device = device or default_device()
+    device = resolve_device(device)  # ValueError in one line for a device that is not there
     tasks = builtin_tasks()
     if device == "cpu":  # the interpreter runs the small sizes
         tasks = [t.small() for t in tasks]
@@ -92,16 +93,25 @@ def verdict(result: EvalResult, expect: str) -> str:
     return "NO"
 
 
-def format_table(rows) -> str:
+def format_table(rows, width: int = 150) -> str:
+    """Whole names (the name columns are as wide as the longest), and a hacked result's reason under its
+    row, wrapped at words to `width`."""
     def fmt(x):
         return "-" if x is None else f"{x:.2f}x"
 
-    header = f"{'task':30s} {'lvl':>3s} {'candidate':40s} {'correct':7s} {'hacked':6s} {'error kind':19s} {'vs eager':>8s} {'vs compile':>10s}  expected"
+    name_w = max([len("task")] + [len(task.name) for _, task, _, _ in rows])
+    label_w = max([len("candidate")] + [len(label) for label, _, _, _ in rows])
+    header = (f"{'task':{name_w}s} {'lvl':>3s} {'candidate':{label_w}s} {'correct':7s} {'hacked':6s} {'error kind':19s} "
+              f"{'vs eager':>8s} {'vs compile':>10s}  expected")
     lines = [header, "-" * len(header)]
+    indent = " " * (name_w + 5)
     for label, task, r, expect in rows:
-        lines.append(f"{task.name:30s} {task.level or '-':>3} {label[:40]:40s} {str(r.correct):7s} {str(r.hacked):6s} "
-                     f"{r.error_kind or '-':19s} {fmt(r.speedup):>8s} {fmt(r.speedup_compile):>10s}  {verdict(r, expect)}")
+        lines.append(f"{task.name:{name_w}s} {task.level or '-':>3} {label:{label_w}s} {str(r.correct):7s} "
+                     f"{str(r.hacked):6s} {r.error_kind or '-':19s} {fmt(r.speedup):>8s} {fmt(r.speedup_compile):>10s}  "
+                     f"{verdict(r, expect)}")
         if r.hacked:
-            lines.append(f"{'':35s}-> {(r.error or '').splitlines()[0][:140]}")
+            reason = (r.error or "").splitlines()[0] if r.error else ""
+            lines += textwrap.wrap(reason, max(60, width), initial_indent=indent + "-> ",
+                                   subsequent_indent=indent + "   ")
     notes = {r.timing_note for _, _, r, _ in rows if r.timing_note and not r.timings_valid}
     return "\n".join(lines + [f"note: {n}" for n in sorted(notes)])

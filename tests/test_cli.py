@@ -1,5 +1,6 @@
 """The `drk` command: a policy over a task set (scripted in a real subprocess, evolutionary in process),
-the one-file mode, and the argument checks. Real evaluations on the CPU interpreter."""
+the one-file mode, sizes (small by default on the CPU, --full-size, --sizes), and everyday mistakes
+(one line on stderr, status 2). Real evaluations on the CPU interpreter."""
 
 import argparse
 import json
@@ -7,19 +8,23 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
-import drk_lab as drk
 from drk_lab.agent.trajectory import read_jsonl
-from drk_lab.cli import main, make_schedule
+from drk_lab.cli import UsageError, main, make_schedule
+from drk_lab.harness.task import REPO_DIR
 from drk_lab.policies.evolve import extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
 RELU_TASK = ROOT / "data/tasks/level1/01_relu.py"
 SILU_TASK = ROOT / "data/tasks/level1/03_silu.py"
 RELU_SEED = (ROOT / "data/plain/level1/01_relu.py").read_text()
+KERNELBENCH = Path(os.environ.get("DRK_KERNELBENCH_DIR", REPO_DIR.parent / "shared" / "kernelbench"))
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 
 
 @pytest.fixture
@@ -64,6 +69,8 @@ def test_scripted_policy_run_in_a_subprocess(tmp_path, relu_files, relu_solution
     assert table_row(proc.stdout, "level 1")[:2] == ["level 1", "2"]
     assert table_row(proc.stdout, "all")[-4:] == ["50.0", "1", "-", "-"]
     assert "CPU:" in proc.stdout and str(out) in proc.stdout
+    assert "01_relu: sizes batch_size=7, dim=100 (the task's SMALL_SIZES" in proc.stdout
+    assert relu.turns[1].result.notes[0].startswith("sizes batch_size=7, dim=100")
 
     assert main(["eval", "--tasks", str(RELU_TASK), "--policy", f"scripted:{folder}", "--out", str(out)]) == 2
 
@@ -90,14 +97,13 @@ def test_schedule_and_argument_checks(capsys):
     stts = make_schedule(argparse.Namespace(stts="5,4,10", turns=None))
     assert (stts.turns, stts.limit, stts.keep) == (14, 5, 4)  # Dr. Kernel's evaluation: 14 turns
     assert make_schedule(argparse.Namespace(stts=None, turns=None)).turns == 3
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="not both"):
         make_schedule(argparse.Namespace(stts="5,4,10", turns=3))
-    with pytest.raises(SystemExit):
-        main(["eval", str(RELU_TASK)])  # one file and no policy
-    with pytest.raises(SystemExit, match="not one of"):
-        main(["eval", "--tasks", str(RELU_TASK), "--policy", "nonsense"])
-    with pytest.raises(drk.TaskError):
-        main(["eval", "--tasks", "no/such/folder", "--policy", "evolve"])
+    with pytest.raises(SystemExit) as info:
+        main(["eval", str(RELU_TASK)])  # one file and no policy: argparse, in one line too
+    assert info.value.code == 2
+    assert capsys.readouterr().err == ("drk eval: eval takes TASK_FILE CODE_FILE, or --policy KIND[:ARG] "
+                                       "(with --tasks ...) (see drk eval -h)\n")
 
 
 def test_one_file_mode(tmp_path, relu_files, relu_solution, capsys):
@@ -106,7 +112,185 @@ def test_one_file_mode(tmp_path, relu_files, relu_solution, capsys):
     good.write_text(relu_solution)
     bad.write_text(wrong)
     assert main(["eval", str(RELU_TASK), str(good), "--small", "--device", "cpu", "--trials", "1"]) == 0
-    assert capsys.readouterr().out.startswith("correct")
+    assert capsys.readouterr().out.splitlines() == [
+        "sizes batch_size=7, dim=100 (the task's SMALL_SIZES; full size batch_size=8192, dim=8192)", "correct"]
     assert main(["eval", str(RELU_TASK), str(bad), "--small", "--device", "cpu", "--trials", "1", "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["error_kind"] == "mismatch" and not result["correct"]
+
+
+# A task that declares SMALL_SIZES and is itself small enough to run at full size on the interpreter.
+TINY_RELU = RELU_TASK.read_text().replace("batch_size = 8192", "batch_size = 4").replace("dim = 8192", "dim = 32") \
+    .replace('SMALL_SIZES = {"batch_size": 7, "dim": 100}', 'SMALL_SIZES = {"batch_size": 2, "dim": 16}')
+# The built-in ReLU as KernelBench writes its files: no SMALL_SIZES, full size too big for a CPU.
+RELU_NO_SMALL = RELU_TASK.read_text().replace('SMALL_SIZES = {"batch_size": 7, "dim": 100}\n', "")
+
+
+def test_sizes_small_by_default_on_the_cpu_full_size_and_sizes(tmp_path, relu_solution, capsys):
+    task, code = tmp_path / "1_tiny_relu.py", tmp_path / "code.py"
+    task.write_text(TINY_RELU)
+    code.write_text(relu_solution)
+
+    def notes(*flags):
+        assert main(["eval", str(task), str(code), "--device", "cpu", "--trials", "1", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["notes"]
+
+    assert notes()[0] == "sizes batch_size=2, dim=16 (the task's SMALL_SIZES; full size batch_size=4, dim=32)"
+    assert not [n for n in notes("--full-size") if n.startswith("sizes")]
+    assert notes("--full-size", "--sizes", "dim=8")[0] == "sizes dim=8 (--sizes; full size dim=32)"
+    assert notes("--sizes", " batch_size = 3 ")[0] == \
+        "sizes batch_size=3, dim=16 (--sizes; full size batch_size=4, dim=32)"
+
+
+def test_a_task_without_small_sizes_gets_derived_ones(tmp_path, relu_solution, capsys):
+    task, code = tmp_path / "19_relu.py", tmp_path / "code.py"
+    task.write_text(RELU_NO_SMALL)
+    code.write_text(relu_solution)
+    assert main(["eval", str(task), str(code), "--device", "cpu", "--trials", "1"]) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert re.fullmatch(r"sizes batch_size=\d+, dim=\d+ \(small sizes derived for the CPU; "
+                        r"full size batch_size=8192, dim=8192\)", first)
+    assert second == "correct"
+
+
+@pytest.mark.skipif(not (KERNELBENCH / "level1/19_ReLU.py").is_file(), reason="needs a KernelBench checkout")
+def test_kernelbench_relu_on_the_cpu(tmp_path, relu_solution, capsys):
+    code = tmp_path / "code.py"
+    code.write_text(relu_solution)
+    assert main(["eval", str(KERNELBENCH / "level1/19_ReLU.py"), str(code), "--trials", "1"]) == 0  # device: auto
+    out = capsys.readouterr().out
+    assert "full size batch_size=4096, dim=393216" in out and "correct" in out
+
+
+def mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
+    """(arguments, the one line expected on stderr) for everyday mistakes."""
+    (tmp_path / "not_a_model").mkdir()
+    full = tmp_path / "full.jsonl"
+    full.write_text("{}\n")
+    code = str(RELU_TASK)  # any readable file serves as a candidate until something is evaluated
+    policy = ["eval", "--tasks", str(RELU_TASK), "--policy"]
+    return [
+        (["eval", str(RELU_TASK), "missing.py"], "drk eval: CODE_FILE missing.py: no such file"),
+        (["eval", "missing_task.py", code], "drk eval: TASK_FILE missing_task.py: no such file"),
+        (["eval", "--tasks", "no/such/folder", "--policy", "evolve"],
+         "drk eval: --tasks no/such/folder: neither builtin[:LEVEL] nor a task file or folder"),
+        (["eval", "--tasks", "builtin:one", "--policy", "evolve"],
+         "drk eval: --tasks builtin:one: LEVEL must be one of 1, 2, 3 (builtin:1)"),
+        (["eval", "--tasks", "builtin:1", "--policy", "evolve", "--stts", "5,4"],
+         "drk eval: --stts 5,4: expected U,K,I, three whole numbers (Dr. Kernel: 5,4,10)"),
+        (["eval", "--tasks", "builtin:1", "--policy", "evolve", "--stts", "4,5,10"],
+         "drk eval: --stts 4,5,10: need 0 <= remain_turns < max_user_turns, got 5, 4"),
+        ([*policy, "scripted:my_answers/"],
+         "drk eval: --policy scripted:my_answers/: no such folder (scripted:FOLDER replays the answer files in it)"),
+        ([*policy, f"hf:{tmp_path / 'not_a_model'}"],
+         f"drk eval: --policy hf:{tmp_path / 'not_a_model'}: not a model folder (expected a local folder with "
+         "config.json, as save_pretrained writes it)"),
+        ([*policy, "nonsense"], "drk eval: --policy nonsense: not one of scripted:FOLDER, evolve[:SEED_FOLDER], "
+                                "hf:MODEL_PATH, openai:MODEL"),
+        ([*policy, "evolve", "--out", str(full)],
+         f"drk eval: --out {full}: exists and is not empty; choose another file or delete it"),
+        ([*policy, "evolve", "--out", str(tmp_path)], f"drk eval: --out {tmp_path}: is a folder; give a file name"),
+        (["eval", str(RELU_TASK), code, "--sizes", "batch_size=x"],
+         "drk eval: --sizes batch_size=x: expected NAME=VALUE,... with whole numbers (batch_size=4,dim=256)"),
+        (["eval", str(RELU_TASK), code, "--sizes", "rows=3"],
+         "drk eval: --sizes rows=3: 01_relu has no module-level constant named rows"),
+        (["eval", str(RELU_TASK), code, "--small", "--full-size"],
+         "drk eval: argument --full-size: not allowed with argument --small (see drk eval -h)"),
+        (["tasks", str(tmp_path / "nope")], f"drk tasks: FOLDER {tmp_path / 'nope'}: no such folder"),
+        (["eval", str(tmp_path), code], f"drk eval: TASK_FILE {tmp_path}: a folder, not a task file"),
+        ([*policy, "scripted:"], "drk eval: --policy scripted:: scripted needs its argument (scripted:FOLDER)"),
+        ([*policy, "hf:"], "drk eval: --policy hf:: hf needs its argument (hf:MODEL_PATH)"),
+    ]
+
+
+def test_everyday_mistakes_are_one_line_with_status_2(tmp_path, capsys):
+    for argv, line in mistakes(tmp_path):
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # argparse's own errors
+            rc = e.code
+        captured = capsys.readouterr()
+        assert (rc, captured.err) == (2, line + "\n"), argv
+        assert "Traceback" not in captured.out
+
+
+@NO_CUDA
+def test_cuda_on_a_machine_without_it(tmp_path, relu_solution, capsys):
+    import drk_lab as drk
+
+    code = tmp_path / "code.py"
+    code.write_text(relu_solution)
+    line = "--device cuda: CUDA is not available on this machine; use 'cpu' or 'auto'\n"
+    for argv in (["eval", str(RELU_TASK), str(code), "--device", "cuda"],
+                 ["eval", "--tasks", "builtin:1", "--policy", "evolve", "--device", "cuda"],
+                 ["quickstart", "--device", "cuda"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"drk {argv[0]}: {line}"
+    task = drk.builtin_tasks(level=1)[0].small()
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        drk.evaluate(task, relu_solution, device="cuda")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        drk.evaluate_many([(task, relu_solution)], device="cuda", progress=False)
+    with pytest.raises(ValueError, match="expected 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        drk.evaluate(task, relu_solution, device="tpu")
+
+
+def test_a_mistake_in_a_real_process(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "drk_lab.cli", "eval", str(RELU_TASK), "missing.py"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "drk eval: CODE_FILE missing.py: no such file\n")
+
+
+def test_tasks_lists_the_rest_and_reports_a_broken_file(tmp_path):
+    pytest.importorskip("transformers")
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "1_relu.py").write_text(RELU_TASK.read_text())
+    (folder / "2_downloads.py").write_text(RELU_TASK.read_text().replace("import torch.nn as nn\n", (
+        "import torch.nn as nn\nfrom transformers import AutoConfig\n\n"
+        "config = AutoConfig.from_pretrained('drk-lab-tests/no-such-model')  # a download, as in KernelBench's level4\n")))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "drk_lab.cli", "tasks", str(folder)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert time.monotonic() - start < 20  # offline: not the hub's 25 s of retries
+    assert proc.returncode == 1
+    assert re.fullmatch(r"level -  1_relu +batch_size=8192, dim=8192\n", proc.stdout)
+    broken, total = proc.stderr.splitlines()
+    assert broken.startswith(f"drk tasks: broken: {folder / '2_downloads.py'}: executing the module raised OSError")
+    assert total == "drk tasks: 1 task(s), 1 broken file(s)"
+
+
+def test_policy_run_skips_broken_files_derives_sizes_and_fills_an_empty_out(tmp_path, relu_solution, capsys):
+    folder, answers = tmp_path / "tasks", tmp_path / "answers"
+    folder.mkdir()
+    answers.mkdir()
+    (folder / "19_relu.py").write_text(RELU_NO_SMALL)
+    (folder / "20_broken.py").write_text("import torch\n\nclass Model:\n    pass\n")
+    (answers / "turn_1.py").write_text(relu_solution)
+    out = tmp_path / "empty.jsonl"
+    out.touch()
+    assert main(["eval", "--tasks", str(folder), "--policy", f"scripted:{answers}", "--turns", "1",
+                 "--device", "cpu", "--trials", "1", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == f"drk eval: skipped {folder / '20_broken.py'}: no top-level function 'get_inputs'"
+    assert f"--out {out} exists and is empty: writing the trajectories into it" in captured.out
+    assert re.search(r"^19_relu: sizes batch_size=\d+, dim=\d+ \(small sizes derived for the CPU", captured.out, re.M)
+    [trajectory] = read_jsonl(out)
+    assert trajectory.turns[0].result.ok and "derived" in trajectory.turns[0].result.notes[0]
+
+
+def test_quickstart_table_shows_whole_names_and_wraps_reasons(tasks):
+    from drk_lab.harness.result import EvalResult
+    from drk_lab.quickstart import format_table
+
+    task = tasks["level1/01_relu"]
+    long_label = "variant:impossible_speedup__partial_after_checks_and_then_some"
+    reason = "the candidate computes only part of the output after the checks ran " * 4
+    rows = [("solution", task, EvalResult(compiled=True, correct=True), "ok"),
+            (long_label, task, EvalResult(error_kind="hacked", error=reason, hacked=True), "hacked")]
+    table = format_table(rows, width=100)
+    assert long_label in table
+    wrapped = [line.strip() for line in table.splitlines()[4:]]
+    assert wrapped[0].startswith("-> ") and all(len(line) <= 100 for line in table.splitlines()[4:])
+    assert " ".join(wrapped).removeprefix("-> ") == " ".join(reason.split())  # every word whole

@@ -4,40 +4,45 @@ malformed sources, data-set rows and serialisation."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from drk_lab.harness.task import (
+    REPO_DIR,
     Task,
     TaskError,
     builtin_solution,
     builtin_tasks,
     check_source,
     load_task,
+    load_task_set,
     load_tasks,
     task_from_row,
     task_from_source,
 )
 
-# A KernelBench checkout lives in ../shared beside the project checkout (here and in CI).
-KERNELBENCH = Path(__file__).resolve().parents[2] / "shared" / "kernelbench"
+# A KernelBench checkout: $DRK_KERNELBENCH_DIR, by default ../shared/kernelbench beside the repository.
+KERNELBENCH = Path(os.environ.get("DRK_KERNELBENCH_DIR", REPO_DIR.parent / "shared" / "kernelbench"))
 LEVEL_COUNTS = {1: 100, 2: 100, 3: 50}
 
 
 @pytest.fixture(scope="module")
 def kb() -> Path:
     if not KERNELBENCH.is_dir():
-        pytest.skip(f"no KernelBench checkout at {KERNELBENCH}")
+        pytest.skip(f"no KernelBench checkout at {KERNELBENCH} (set DRK_KERNELBENCH_DIR)")
     return KERNELBENCH
 
 
 @pytest.fixture(scope="module")
 def kb_all(kb) -> list[Task]:
-    """All 250 KernelBench tasks, loaded (and checked on the meta device) once for the module."""
-    return load_tasks(kb)
+    """All 250 KernelBench tasks of levels 1-3, loaded (and checked on the meta device) once for the module.
+    A checkout's level4 is left out: its files download models from the Hugging Face hub."""
+    return [t for level in sorted(LEVEL_COUNTS) for t in load_tasks(kb / f"level{level}")]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +126,10 @@ def test_load_task_kernelbench_relu(kb):
     assert task.source == path.read_text()
     assert task.constants == {"batch_size": 4096, "dim": 393216}
     assert task.small_sizes == {}
-    assert task.small() is task  # no SMALL_SIZES: the task itself
+    small = task.small()  # no SMALL_SIZES: sizes derived from its constants (test_sizes.py)
+    assert small.full_sizes == {"batch_size": 4096, "dim": 393216}
+    assert small.constants["batch_size"] * small.constants["dim"] <= 1 << 17
+    assert small.size_note().startswith("sizes batch_size=") and "derived" in small.size_note()
     assert "class Model(nn.Module)" in task.source
     assert _meta_input_shapes(task.source) == [(4096, 393216)]
 
@@ -419,6 +427,51 @@ def test_load_tasks_sorting_recursion_and_skips(tmp_path):
         (1, "1_t"), (1, "2_t"), (1, "10_t"), (1, "20_t"), (1, "100_t"), (2, "3_x")]
 
 
+# As KernelBench's level4 files do: a model download while the module runs.
+DOWNLOADS = GOOD.replace("import torch.nn as nn\n", """import torch.nn as nn
+from transformers import AutoConfig
+
+config = AutoConfig.from_pretrained("drk-lab-tests/no-such-model")
+""")
+# Records whether the Hugging Face libraries were offline while it ran.
+RECORDS_OFFLINE = GOOD.replace("import torch.nn as nn\n", """import torch.nn as nn
+import os
+
+SEEN = os.environ.get("HF_HUB_OFFLINE")
+if SEEN != "1":
+    raise RuntimeError(f"online while loading: HF_HUB_OFFLINE={SEEN}")
+""")
+
+
+def test_a_broken_file_is_reported_and_the_rest_load(tmp_path):
+    pytest.importorskip("transformers")
+    _write(tmp_path, "1_a.py", GOOD)
+    downloads = _write(tmp_path, "2_downloads.py", DOWNLOADS)
+    _write(tmp_path, "3_offline.py", RECORDS_OFFLINE)
+    before = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    broken: list[str] = []
+    start = time.monotonic()
+    tasks = load_tasks(tmp_path, broken=broken)
+    assert time.monotonic() - start < 15  # offline: no network retries (they take about 25 s)
+    assert [t.name for t in tasks] == ["1_a", "3_offline"]
+    [reason] = broken
+    assert reason.startswith(f"{downloads}: executing the module raised OSError") and "\n" not in reason
+    assert {name: os.environ.get(name) for name in before} == before  # restored afterwards
+    with pytest.raises(TaskError, match="2_downloads"):
+        load_tasks(tmp_path)  # without a list, the first broken file raises
+    assert [t.name for t in load_task_set(f"builtin:1,{tmp_path}", broken=[])][-2:] == ["1_a", "3_offline"]
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("builtin:one", "builtin:one: LEVEL must be one of 1, 2, 3"),
+    ("builtin:9", "builtin:9: LEVEL must be one of"),
+    ("no/such/folder", "no/such/folder: neither builtin[:LEVEL] nor a task file or folder"),
+])
+def test_load_task_set_errors_name_the_part(spec, needle):
+    with pytest.raises(TaskError, match=re.escape(needle)):
+        load_task_set(spec)
+
+
 def test_load_tasks_empty_folder(tmp_path):
     assert load_tasks(tmp_path) == []
 
@@ -479,12 +532,15 @@ def test_to_dict_from_dict_round_trip():
     task = task_from_source(GOOD, "7_good", level=3, path="some/level3/7_good.py")
     d = task.to_dict()
     assert d == {"name": "7_good", "source": GOOD, "level": 3, "path": "some/level3/7_good.py",
-                 "small_sizes": {"batch_size": 2, "dim": 8}}
+                 "small_sizes": {"batch_size": 2, "dim": 8}, "full_sizes": {}, "size_reason": None}
     assert Task.from_dict(d) == task
     assert Task.from_dict(json.loads(json.dumps(d))) == task
     assert Task.from_dict(d).key == task.key
     d["small_sizes"]["dim"] = 99  # to_dict gives a copy
     assert task.small_sizes["dim"] == 8
+    small = task.small()
+    assert Task.from_dict(json.loads(json.dumps(small.to_dict()))) == small
+    assert small.full_sizes == {"batch_size": 16, "dim": 32} and small.size_reason == "the task's SMALL_SIZES"
 
 
 def test_round_trip_kernelbench(kb_all):

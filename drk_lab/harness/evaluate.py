@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from drk_lab.hacks.static_rules import static_hack_check
 from drk_lab.harness.caller import get_sandbox
-from drk_lab.harness.devices import default_device
+from drk_lab.harness.devices import resolve_device
 from drk_lab.harness.protocol import STAGE_TIMEOUTS, Job, RawResult
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.settings import cache_dir
@@ -41,6 +41,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     throughput and achieved occupancy to the candidate's rows of the kernel table (when `ncu` is
     on PATH; otherwise a note says why), in a separate run that holds the GPU alone.
     """
+    device = resolve_device(device)  # ValueError in one line for a device that is not there
     static_failure = check_candidate(code)
     if static_failure:
         kind, message = static_failure
@@ -49,7 +50,6 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
         found = static_hack_check(code)
         if found:
             return EvalResult(error_kind="hacked", error=found[1], hacked=True, hack_reasons=found[0])
-    device = device or default_device()
     sandbox = get_sandbox(device, isolation, profiler=bool(profile))
     info = sandbox.start()
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -60,7 +60,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
               timeout_s=timeout_s + (STAGE_TIMEOUTS["ncu"] if profile == "ncu" else 0.0),
               stage_timeouts=stage_timeouts or {}, hack_checks=hack_checks, profile=profile,
               env={"TRITON_CACHE_DIR": str(cache_dir() / "triton")}, host_memory_bytes=host_memory_bytes or 0)
-    notes = []
+    notes = [task.size_note()] if task.size_note() else []
     if hack_checks:
         shape = other_shape(task)
         if isinstance(shape, str):
@@ -132,6 +132,7 @@ def evaluate_many(pairs: list[tuple[Task, str]], max_in_flight: int | None = Non
 
     Loading and correctness overlap across candidates; timing holds each GPU's lock alone.
     """
+    kwargs["device"] = resolve_device(kwargs.get("device"))  # once, before any thread starts
     max_in_flight = max_in_flight or max(1, min(len(pairs), (os.cpu_count() or 2)))
     bar = None
     if progress:

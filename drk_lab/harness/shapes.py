@@ -22,9 +22,10 @@ import ast
 import functools
 from dataclasses import dataclass
 
+from drk_lab.harness.sizes import BATCH_NAMES, meta_run
 from drk_lab.harness.task import Task
 
-BATCH_NAMES = ("batch_size", "batch", "bs", "B", "BATCH_SIZE", "BATCH")
+__all__ = ["BATCH_NAMES", "OtherShape", "meta_run", "other_shape", "sizes_read_by_the_model"]
 SCALES = (2, 4)
 INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
@@ -98,26 +99,3 @@ def _globals_read(fn) -> set[str]:
     declared = {name for n in ast.walk(fn) if isinstance(n, ast.Global) for name in n.names}
     return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
             and (n.id not in local or n.id in declared)}
-
-
-def meta_run(source: str) -> str | None:
-    """None when the task's inputs, Model and forward all work on the meta device; else what failed.
-    Tasks are trusted code (task.check_source runs them the same way)."""
-    import torch
-
-    namespace = {"__name__": "drk_task_other_shape"}
-    step = "executing the module"
-    try:
-        exec(compile(source, "reference.py", "exec"), namespace)
-        with torch.device("meta"), torch.no_grad():
-            step = "get_init_inputs()"
-            init_inputs = list(namespace["get_init_inputs"]())
-            step = "get_inputs()"
-            inputs = list(namespace["get_inputs"]())
-            step = "building Model"
-            model = namespace["Model"](*init_inputs)
-            step = "forward"
-            model(*inputs)
-    except Exception as e:
-        return f"{step} raised {type(e).__name__}: {str(e)[:200]}"
-    return None

@@ -57,8 +57,12 @@ def policy_from_spec(spec: str, tasks: list, *, temperature: float | None = None
     if kind == "scripted" and arg:
         from drk_lab.policies.scripted import ScriptedPolicy
 
+        if not Path(arg).is_dir():
+            raise ValueError(f"{spec}: no such folder (scripted:FOLDER replays the answer files in it)")
         return ScriptedPolicy(arg), tasks, None
     if kind == "evolve":
+        if arg and not Path(arg).is_dir():
+            raise ValueError(f"{spec}: no such folder (evolve:SEED_FOLDER holds level{{L}}/NAME.py seed kernels)")
         policy, kept, skipped = evolve_policy(tasks, arg or SEED_DIR, 1.0 if temperature is None else temperature, seed)
         note = (f"evolve: no seed kernel in {arg or SEED_DIR} for {len(skipped)} task(s), skipped: "
                 + ", ".join(t.name for t in skipped)) if skipped else None
@@ -66,9 +70,16 @@ def policy_from_spec(spec: str, tasks: list, *, temperature: float | None = None
     if kind == "hf" and arg:
         from drk_lab.policies.huggingface import TransformersPolicy
 
+        if not (Path(arg) / "config.json").is_file():  # else transformers would look for it on the hub
+            raise ValueError(f"{spec}: not a model folder (expected a local folder with config.json, "
+                             "as save_pretrained writes it)")
+
         return TransformersPolicy(arg, max_new_tokens=max_tokens or 2048, dtype="auto"), tasks, None
     if kind == "openai" and arg:
         from drk_lab.policies.openai_compat import OpenAIPolicy
 
         return OpenAIPolicy(arg, base_url=base_url, max_concurrency=jobs or 8), tasks, None
-    raise ValueError(f"policy {spec!r} is not one of {', '.join(POLICY_KINDS)}")
+    needs = {k.partition(":")[0]: k for k in POLICY_KINDS if ":" in k and "[" not in k}
+    if kind in needs and not arg:
+        raise ValueError(f"{spec}: {kind} needs its argument ({needs[kind]})")
+    raise ValueError(f"{spec}: not one of {', '.join(POLICY_KINDS)}")
