@@ -83,45 +83,59 @@ def phase_solutions():
 
 
 def phase_plain():
-    """Each built-in solution timed by the harness against the same timing loop run in this process
-    on a model built straight from the files (before and after a torch.profiler session in this
-    process, as workers have had): do the harness's numbers match a plain measurement?"""
+    """Each built-in level-1/2 solution timed by the harness and by a plain triton.testing.do_bench loop
+    (median, its own L2 clearing) in this process, on a model built straight from the files: do the
+    harness's numbers match an independent measurement?"""
     import tempfile
 
-    from drk_lab.harness.profiler import new_profile
-    from drk_lab.harness.timing import time_cuda
+    from triton.testing import do_bench
+
     from drk_lab.harness.models import load_module
 
     ts = tasks((1, 2))
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
     folder = Path(tempfile.mkdtemp())
-    modules = {}
-    for t in ts:
-        (folder / f"{t.name}.py").write_text(drk.builtin_solution(t))
-        (folder / f"ref_{t.name}.py").write_text(t.source)
-        modules[t.name] = (load_module(f"solution_{t.name}", str(folder / f"{t.name}.py")),
-                           load_module(f"ref_{t.name}", str(folder / f"ref_{t.name}.py")))
-    plain = {}
-    for profiled in (False, True):
-        if profiled:
-            prof = new_profile()
-            prof.start_trace()
-            torch.ones(1, device=DEVICE).sum().item()
-            prof.stop_trace()
-        for t in ts:
-            solution, reference = modules[t.name]
-            torch.manual_seed(0)
-            with torch.device(DEVICE), torch.no_grad():
-                model = solution.ModelNew(*reference.get_init_inputs())
-                plain[(t.name, profiled)] = time_cuda(model, reference.get_inputs())["median_ms"]
-            del model
-            torch.cuda.empty_cache()
     rows = []
     for t, r in zip(ts, results):
-        rows.append({"task": f"level{t.level}/{t.name}", "harness_ms": r.runtime_ms, "plain_ms": plain[(t.name, False)],
-                     "plain_after_profiler_ms": plain[(t.name, True)]})
+        (folder / f"{t.name}.py").write_text(drk.builtin_solution(t))
+        (folder / f"ref_{t.name}.py").write_text(t.source)
+        solution = load_module(f"solution_{t.name}", str(folder / f"{t.name}.py"))
+        reference = load_module(f"ref_{t.name}", str(folder / f"ref_{t.name}.py"))
+        torch.manual_seed(0)
+        with torch.device(DEVICE):  # only while building: the device mode slows every torch call inside it
+            model = solution.ModelNew(*reference.get_init_inputs())
+            inputs = reference.get_inputs()
+        with torch.no_grad():
+            plain_ms = do_bench(lambda m=model, a=inputs: m(*a), warmup=25, rep=100, return_mode="median")
+        del model, inputs
+        torch.cuda.empty_cache()
+        rows.append({"task": f"level{t.level}/{t.name}", "harness_ms": r.runtime_ms, "plain_ms": plain_ms,
+                     "timing_trials": r.timing_trials,
+                     "ratio": r.runtime_ms / plain_ms if r.runtime_ms else None})
         print(rows[-1], flush=True)
     save("plain", rows)
+
+
+def phase_baselines():
+    """Every built-in task's eager and torch.compile baselines measured afresh, IN_FLIGHT tasks at once
+    (what `drk baselines builtin` does): wall time, and how long each timing held the GPU alone."""
+    from drk_lab.harness.evaluate import ensure_baselines
+
+    ts = tasks()
+    since, start = time.time(), time.perf_counter()
+    baselines = ensure_baselines(ts, device=DEVICE, max_in_flight=IN_FLIGHT)
+    wall = time.perf_counter() - start
+    holds = []
+    if os.environ.get("DRK_LOCK_LOG"):
+        with open(os.environ["DRK_LOCK_LOG"]) as f:
+            holds = [h for h in map(json.loads, f) if h["mode"] == "exclusive" and h["asked"] >= since]
+    held = sorted(h["released"] - h["got"] for h in holds)
+    summary = {"tasks": len(ts), "wall_s": wall, "measured": sum(bool(b.get("eager")) for b in baselines),
+               "exclusive_holds": len(held), "median_hold_s": statistics.median(held) if held else None,
+               "max_hold_s": held[-1] if held else None,
+               "trials": [b["eager"]["trials"] for b in baselines if b.get("eager")]}
+    print(summary)
+    save("baselines", summary)
 
 
 def phase_latency():
@@ -152,6 +166,11 @@ def lock_holds(since: float, until: float) -> dict | None:
 
 
 def throughput(isolation: str, pairs, profile: bool = True) -> dict:
+    """Seconds for `pairs` once the pool is warm: one untimed round of IN_FLIGHT evaluations first, so
+    that workers starting (about 4 s each before any work) are not counted."""
+    warm = [(t, fresh_kernel(code)) for t, code in pairs[:IN_FLIGHT]]
+    drk.evaluate_many(warm, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile,
+                      progress=False)
     since = time.time()
     start = time.perf_counter()
     results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile)

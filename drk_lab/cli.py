@@ -1,7 +1,8 @@
-"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks.
+"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, baselines.
 
     drk eval TASK_FILE CODE_FILE [--small | --full-size] [--sizes N=V,...] [--json]   one candidate, one task
     drk eval --tasks builtin:1 --policy evolve --turns 10                              a policy over a task set
+    drk baselines builtin                                                              fill the baseline cache (GPU)
 
 Everyday mistakes (a missing file, a malformed argument, a device that is not there) end in one line
 on stderr naming the argument, and exit status 2.
@@ -287,6 +288,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     t = sub.add_parser("tasks", help="list tasks: the built-in suite or a folder (broken files are reported)")
     t.add_argument("folder", nargs="?", default=None)
+
+    b = sub.add_parser("baselines", help="measure and cache the eager and torch.compile timings of a task set (GPU)")
+    b.add_argument("tasks", help="builtin | builtin:LEVEL | task file | folder, comma-separated")
+    b.add_argument("--device", default=None, help=devices)
+    b.add_argument("--jobs", type=positive, default=None, help="tasks in flight")
+    b.add_argument("--timing-trials", type=positive, default=100)
     return parser, e
 
 
@@ -302,7 +309,30 @@ def run_command(args, eval_parser) -> int:
         if args.files or not args.policy:
             eval_parser.error("eval takes TASK_FILE CODE_FILE, or --policy KIND[:ARG] (with --tasks ...)")
         return run_policy(args)
+    if args.command == "baselines":
+        return fill_baselines(args)
     return list_tasks(args.folder)
+
+
+def fill_baselines(args) -> int:
+    from drk_lab.harness.evaluate import ensure_baselines
+
+    device = pick_device(args.device)
+    if device == "cpu":
+        raise UsageError("baselines are GPU timings: no CUDA device here (nothing is timed on the CPU)")
+    broken: list[str] = []
+    try:
+        tasks = load_task_set(args.tasks, broken=broken)
+    except TaskError as e:
+        raise UsageError(f"{args.tasks}: {e}") from None
+    for reason in broken:
+        print(f"drk baselines: skipped {reason}", file=sys.stderr)
+    baselines = ensure_baselines(tasks, device=device, max_in_flight=args.jobs, timing_trials=args.timing_trials)
+    failed = [(t, b) for t, b in zip(tasks, baselines) if not b.get("eager")]
+    for t, b in failed:
+        print(f"{t.name}: {b.get('error')}", file=sys.stderr)
+    print(f"{len(tasks) - len(failed)} of {len(tasks)} tasks have cached baselines")
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

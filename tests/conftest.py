@@ -1,10 +1,16 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # Baselines and Triton's cache go to a private folder, never the user's ~/.cache.
 os.environ.setdefault("DRK_CACHE_DIR", tempfile.mkdtemp(prefix="drk_test_cache_"))
+# Workers' folders too (tests check that each is removed): other runs on the machine cannot mix in.
+os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="drk_test_tmp_")
+tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
 
 
 def cuda_available() -> bool:

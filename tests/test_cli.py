@@ -294,3 +294,15 @@ def test_quickstart_table_shows_whole_names_and_wraps_reasons(tasks):
     wrapped = [line.strip() for line in table.splitlines()[4:]]
     assert wrapped[0].startswith("-> ") and all(len(line) <= 100 for line in table.splitlines()[4:])
     assert " ".join(wrapped).removeprefix("-> ") == " ".join(reason.split())  # every word whole
+
+
+def test_baselines_need_a_gpu_and_a_task_set(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(["baselines", "builtin"]) == 2
+    assert capsys.readouterr().err == ("drk baselines: baselines are GPU timings: no CUDA device here "
+                                       "(nothing is timed on the CPU)\n")
+    assert main(["baselines", "builtin", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.startswith("drk baselines: --device cuda: CUDA is not available")
+    with pytest.raises(SystemExit) as info:
+        main(["baselines"])
+    assert info.value.code == 2 and "the following arguments are required: tasks" in capsys.readouterr().err

@@ -12,7 +12,7 @@ def test_a_cancelling_sum_keeps_the_rounding_error_of_its_terms():
     x[0, -1] = -x[0, :-1].double().sum().float()  # row 0 sums to about zero; its terms do not
     ref = x.sum(-1)
     other_order = x.cumsum(-1)[:, -1]  # an honest fp32 sum in another order
-    scale = reference_scale(ref.double())
+    scale = float(reference_scale(ref))
     assert scale > 100
     compare(other_order, ref)  # passes: atol is scaled by the reference's RMS
     with pytest.raises(Mismatch, match="first at index \\[0\\]"):
@@ -28,7 +28,7 @@ def test_scale_does_not_excuse_real_errors():
     with pytest.raises(Mismatch):
         compare(x.bfloat16().float().sum(-1), ref)  # inputs rounded to bf16
     small = torch.rand(1000)
-    assert reference_scale(small.double()) == 1.0
+    assert float(reference_scale(small)) == 1.0
     with pytest.raises(Mismatch):
         compare(small + 2e-4, small)
 
@@ -64,7 +64,7 @@ def with_value(ref: torch.Tensor, index: int, value: float) -> torch.Tensor:
                          ids=[f"{str(c[0])[6:]}-atol{c[1]}-rtol{c[2]}-at{c[3]}" for c in CASES])
 def test_an_error_just_inside_passes_and_just_outside_fails(dtype, atol, rtol, index, inside, outside):
     ref = torch.tensor(REF, dtype=dtype)
-    assert reference_scale(ref.double()) == 4.0
+    assert float(reference_scale(ref.float())) == 4.0
     err = compare(with_value(ref, index, inside), ref, atol, rtol)
     assert err == pytest.approx(abs(inside - REF[index]), rel=1e-3)  # the largest absolute error
     with pytest.raises(Mismatch, match=rf"output: 1 of 4 elements outside .* first at index \[{index}\]"):
@@ -113,3 +113,13 @@ def test_shape_dtype_and_count_mismatches_are_named():
         compare((ref, torch.zeros(3)), (ref, ref))
     with pytest.raises(Mismatch, match=r"^output: 1 of 6 elements differ \(exact match needed for torch.int64\)$"):
         compare(torch.tensor([1, 2, 3, 4, 5, 7]), torch.tensor([1, 2, 3, 4, 5, 6]))
+
+
+def test_scale_of_huge_and_of_non_finite_references():
+    huge = torch.full((1000,), 3e30)  # its squares overflow float32: the scale must not become inf
+    assert float(reference_scale(huge)) == pytest.approx(3e30, rel=1e-5)
+    with pytest.raises(Mismatch):
+        compare(huge * 1.01, huge)
+    assert float(reference_scale(torch.tensor([float("nan"), float("inf")]))) == 1.0
+    assert float(reference_scale(torch.tensor([float("nan"), 2.0, 2.0]))) == 2.0
+    assert compare(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0])) == 0.0

@@ -23,6 +23,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def accept_dialogs(page, seen: list[str]) -> None:
+    """Answer whatever dialog JupyterLab shows (a slow kernel start, a restart prompt) as a user would,
+    noting its text: an open dialog takes every click meant for the menus."""
+    dialog = page.locator(".jp-Dialog")
+    while dialog.count():
+        seen.append(" ".join(dialog.first.inner_text().split())[:200])
+        button = page.locator(".jp-Dialog .jp-mod-accept")
+        (button.first if button.count() else page.locator(".jp-Dialog button").first).click(timeout=10_000)
+        page.wait_for_timeout(500)
+
+
 @pytest.fixture
 def jupyterlab(tmp_path):
     """JupyterLab serving a copy of notebooks/, so that autosave never touches the committed files."""
@@ -58,8 +69,10 @@ def test_the_case_notebook_runs_and_the_inspector_plays_to_turn_3(jupyterlab):
         page.goto(f"{url}/lab/tree/notebooks/04_layernorm_case.ipynb?token={token}")
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
         turn = page.locator(".drk-turn").first
+        dialogs: list[str] = []
         for attempt in range(3):  # a kernel still settling can drop a run-all: restart it and run again
             page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=120_000)
+            accept_dialogs(page, dialogs)
             page.get_by_role("menuitem", name="Run").click()
             page.locator("li[data-command='runmenu:run-all']").click()
             try:
@@ -67,15 +80,17 @@ def test_the_case_notebook_runs_and_the_inspector_plays_to_turn_3(jupyterlab):
                 break
             except sync_api.TimeoutError:
                 page.screenshot(path=str(jupyterlab[2] / f"attempt{attempt}.png"))  # for the report
+                accept_dialogs(page, dialogs)
                 page.get_by_role("menuitem", name="Kernel").click()
                 page.locator("li[data-command='kernelmenu:restart']").click()
                 page.locator(".jp-Dialog .jp-mod-accept").click(timeout=30_000)
         else:
-            pytest.fail(f"the notebook never showed the inspector; screenshots in {jupyterlab[2]}")
+            pytest.fail(f"the notebook never showed the inspector (dialogs: {dialogs}); screenshots in {jupyterlab[2]}")
         page.locator(".widget-play button").first.click()  # the inspector's play button
         page.wait_for_function("() => [...document.querySelectorAll('.drk-turn')]"
                                ".some(e => e.textContent.includes('turn 3 of 3'))", timeout=60_000)
-        turn.scroll_into_view_if_needed()
+        # in the page, not through a held handle: the inspector redraws its turn box as it plays
+        page.evaluate("() => document.querySelector('.drk-turn').scrollIntoView({block: 'center'})")
         no_news = page.get_by_role("button", name="No")  # JupyterLab's "get notified about news?" toast
         if no_news.count():
             no_news.first.click()

@@ -1,8 +1,9 @@
 """Timing: the summary statistics by hand, and what goes into the timed region (CPU stand-ins for CUDA's operations)."""
 
 import gc
+import time
 
-from drk_lab.harness.timing import run_trials, summarize
+from drk_lab.harness.timing import median_precision, run_trials, summarize, warm_up
 
 
 # -- summarize --------------------------------------------------------------------------------
@@ -54,15 +55,13 @@ class FakeEvent:
         return end.t - self.t
 
 
-def recorded_run(durations: list[float], warmup: int = 3):
+def recorded_run(durations: list[float], warmup: int = 3, chunk: int = 25, min_trials: int = 50,
+                 precision: float | None = None, after_call=None):
     """run_trials with stand-ins that log every operation and advance a fake clock: the call by its
-    trial's duration, the flush and the spin by far more (they must fall outside the region)."""
+    trial's duration, the flush and the synchronize by far more (they must fall outside the region)."""
     log, clock = [], [0.0]
     measured = iter(durations)
     gc_during_calls = []
-
-    def advance(ms):
-        clock[0] += ms
 
     def fn(x):
         assert x == "input"
@@ -70,21 +69,18 @@ def recorded_run(durations: list[float], warmup: int = 3):
         log.append(("call",))
         if started:
             gc_during_calls.append(gc.isenabled())
-            advance(next(measured))
+            clock[0] += next(measured)
         else:
-            advance(0.001)
+            clock[0] += 0.001
+        return f"output {len(gc_during_calls)}"
 
     def flush():
         log.append(("flush",))
-        advance(100.0)
-
-    def spin():
-        log.append(("spin",))
-        advance(50.0)
+        clock[0] += 100.0
 
     def sync():
         log.append(("sync",))
-        advance(7.0)
+        clock[0] += 7.0
 
     clocks = iter([{"sm_clock_mhz": 1980, "slowdown": []}, {"sm_clock_mhz": 1700, "slowdown": ["hw_thermal"]}])
 
@@ -92,68 +88,101 @@ def recorded_run(durations: list[float], warmup: int = 3):
         log.append(("clock",))
         return next(clocks)
 
-    stats = run_trials(fn, ["input"], warmup, len(durations), flush=flush, lead_spin=spin,
-                       new_event=lambda: FakeEvent(log, clock), synchronize=sync, read_clock=read_clock)
+    def handed_over(trial, out, chunk_end):
+        log.append(("after_call", trial))
+        clock[0] += 1000.0  # would show in the statistics if it ran between the events
+        after_call(trial, out, chunk_end)
+
+    stats = run_trials(fn, ["input"], warmup, len(durations), flush=flush, new_event=lambda: FakeEvent(log, clock),
+                       synchronize=sync, read_clock=read_clock, after_call=after_call and handed_over, chunk=chunk,
+                       min_trials=min_trials, precision=precision)
     return stats, log, gc_during_calls
 
 
-def test_each_trial_times_exactly_one_call_after_flush_and_spin():
+def test_each_trial_times_exactly_one_call_after_a_flush():
     durations = [3.0, 1.0, 2.0, 5.0, 4.0]
     _, log, _ = recorded_run(durations)
     first_record = next(i for i, entry in enumerate(log) if entry[0] == "record")
-    measured = log[first_record - 2:-1]  # from the first trial's flush to the last sync; then the clock
-    assert len(measured) == 6 * len(durations)
+    measured = log[first_record - 1:-2]  # from the first trial's flush to the last trial's end event
+    assert len(measured) == 4 * len(durations)
     starts = []
     for t in range(len(durations)):
-        flush, spin, start, call, end, sync = measured[6 * t: 6 * t + 6]
-        assert [flush, spin, call, sync] == [("flush",), ("spin",), ("call",), ("sync",)]
+        flush, start, call, end = measured[4 * t: 4 * t + 4]
+        assert [flush, call] == [("flush",), ("call",)]
         assert start[0] == end[0] == "record" and start[1] is not end[1]
         starts.append(start[1])
     assert len({id(e) for e in starts}) == len(durations)  # a fresh pair of events per trial
-    assert log[-1] == ("clock",)
+    assert log[-2:] == [("sync",), ("clock",)]  # one synchronize for the chunk, then the clock
+
+
+def test_the_host_queues_a_chunk_of_trials_between_synchronizations():
+    _, log, _ = recorded_run([1.0] * 10, chunk=4, min_trials=100)
+    timed = log[next(i for i, entry in enumerate(log) if entry[0] == "record") - 1:]
+    calls_between_syncs, calls = [], 0
+    for entry in timed:
+        if entry == ("call",):
+            calls += 1
+        elif entry == ("sync",):
+            calls_between_syncs.append(calls)
+            calls = 0
+    assert calls_between_syncs == [4, 4, 2]
 
 
 def test_warmup_calls_come_before_any_event():
     _, log, _ = recorded_run([1.0, 2.0], warmup=4)
     first_record = next(i for i, entry in enumerate(log) if entry[0] == "record")
-    before = log[:first_record - 2]
-    calls = before.count(("call",))
-    assert 4 <= calls <= 100  # at least `warmup`, at most 100 (then MIN_WARMUP_S decides)
-    assert before[:-1] == [("call",), ("sync",)] * calls  # each warm-up call synchronized
-    assert before[-1] == ("clock",)  # the clock read after warming up, before timing
+    assert log[:first_record - 1] == [("call",)] * 4 + [("sync",), ("clock",)]  # the clock read before timing
     assert log[first_record:].count(("call",)) == 2
+
+
+def test_warm_up_lasts_long_enough_and_no_longer_than_max_calls():
+    calls, synced = [], []
+    made = warm_up(lambda x: calls.append(x), ["input"], lambda: synced.append(1), min_seconds=0.05)
+    assert made == len(calls) == len(synced) and 1 <= made <= 100
+    made = warm_up(lambda x: time.sleep(0.001), ["input"], lambda: None, min_seconds=10.0, max_calls=5)
+    assert made == 5  # never more than max_calls
 
 
 def test_stats_are_the_summary_of_the_measured_intervals():
     durations = [3.0, 1.0, 2.0, 5.0, 4.0]
     stats, _, gc_during_calls = recorded_run(durations)
     gpu_clock = stats.pop("gpu_clock")
+    assert stats.pop("max_trials") == 5
     assert stats == summarize(durations)
-    assert stats["median_ms"] == 3.0  # neither flush (100) nor spin (50) nor sync (7) in any interval
+    assert stats["median_ms"] == 3.0  # neither flush (100) nor synchronize (7) in any interval
     assert gpu_clock == {"sm_clock_mhz": [1980, 1700], "slowdown": ["hw_thermal"]}
     assert gc_during_calls == [False] * len(durations)  # no collection inside the timed region
     assert gc.isenabled()
 
 
+def test_timing_stops_early_once_the_median_is_precise_and_not_before_min_trials():
+    steady = [1.0 + 0.001 * (i % 7) for i in range(100)]
+    stats, _, _ = recorded_run(steady, chunk=25, min_trials=50, precision=0.005)
+    assert stats["trials"] == 50 and stats["max_trials"] == 100
+    noisy = [1.0 + (i % 2) for i in range(100)]  # half at 1, half at 2: the median is never pinned down
+    stats, _, _ = recorded_run(noisy, chunk=25, min_trials=50, precision=0.005)
+    assert stats["trials"] == 100
+    stats, _, _ = recorded_run(steady, chunk=10, min_trials=30, precision=None)
+    assert stats["trials"] == 100  # no precision: every trial asked for
+
+
+def test_median_precision_by_hand():
+    # n = 9: ranks 4.5 -+ 0.98 * 3 = 1.56 .. 7.44 -> order statistics 0 and 8 (floor - 1, ceil)
+    assert median_precision([1, 2, 3, 4, 5, 6, 7, 8, 9]) == (9 - 1) / (2 * 5)
+    assert median_precision([2.0, 2.0]) == float("inf")  # too few to say
+
+
 def test_each_timed_output_is_handed_over_after_its_trial_is_over():
     """What the timed calls return is checked afterwards (changes_after_checks): each trial's output goes
-    to after_call once the trial's synchronize is done, never inside the timed region."""
-    log, clock, handed = [], [0.0], []
+    to after_call after the trial's end event, never inside the timed region, with the chunk's end marked."""
+    handed = []
 
-    def fn(x):
-        log.append(("call",))
-        clock[0] += 1.0
-        return f"output {clock[0]}"
+    def after_call(trial, out, chunk_end):
+        handed.append((trial, out, chunk_end))
 
-    def after_call(trial, out):
-        log.append(("after_call", trial))
-        handed.append((trial, out))
-        clock[0] += 1000.0  # would show in the statistics if it ran between the events
-
-    stats = run_trials(fn, ["input"], 3, 4, flush=lambda: log.append(("flush",)), lead_spin=lambda: None,
-                       new_event=lambda: FakeEvent(log, clock), synchronize=lambda: log.append(("sync",)),
-                       read_clock=lambda: None, after_call=after_call)
-    assert [t for t, _ in handed] == [0, 1, 2, 3] and all(out.startswith("output") for _, out in handed)
-    timed = [entry for entry in log if entry[0] in ("record", "sync", "after_call")]
-    assert [e[0] for e in timed[-4:]] == ["record", "record", "sync", "after_call"]
+    stats, log, _ = recorded_run([1.0] * 6, chunk=4, min_trials=100, after_call=after_call)
+    assert [(t, end) for t, _, end in handed] == [(0, False), (1, False), (2, False), (3, True), (4, False), (5, True)]
+    assert all(out.startswith("output") for _, out, _ in handed)
+    ends = [i for i, entry in enumerate(log) if entry[0] == "record"][1::2]
+    assert [log[i + 1] for i in ends] == [("after_call", t) for t in range(6)]  # right after each end event
     assert stats["median_ms"] == 1.0  # after_call's time is not in any interval

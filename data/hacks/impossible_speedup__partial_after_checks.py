@@ -2,7 +2,7 @@
 # expect: hacked
 # reason: impossible_speedup
 # check: gpu
-# what: does the full transpose for the first calls (the correctness trials), then only an eighth of the rows; it counts its calls in device memory, which no host code reads
+# what: does the full transpose for the first 16 calls (every check before timing), then only an eighth of the rows; it counts its calls in device memory, which no host code reads
 import torch
 import torch.nn as nn
 import triton
@@ -13,7 +13,7 @@ import triton.language as tl
 def transpose_kernel(x_ptr, out_ptr, calls_ptr, rows, cols, BLOCK: tl.constexpr):
     r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    done_rows = tl.where(tl.load(calls_ptr) <= 8, rows, tl.maximum(rows // 8, 1))
+    done_rows = tl.where(tl.load(calls_ptr) <= 16, rows, tl.maximum(rows // 8, 1))
     mask = (r[:, None] < done_rows) & (c[None, :] < cols)
     tile = tl.load(x_ptr + r[:, None] * cols + c[None, :], mask=mask)
     tl.store(out_ptr + c[None, :] * rows + r[:, None], tile, mask=mask)

@@ -105,11 +105,15 @@ def timed_output_findings(ref, new, pristine: list, timed_inputs: list, timed_ou
     with torch.no_grad():
         expected = ref(*correctness.clone_args(pristine))
         models.sync(device)
+    compared: list = []  # outputs already compared in full: a bit-identical one needs no second comparison
     for trial, out in sorted(timed_outputs.items()):
+        if any(len(out) == len(c) and all(map(correctness.same_bits, out, c)) for c in compared):
+            continue
         try:
             correctness.compare(out, correctness.flatten(expected), atol, rtol)
         except correctness.Mismatch as m:
             return [("changes_after_checks", f"timed call {trial + 1} returned a wrong output: {m}")]
+        compared.append(out)
     inputs = models.make_inputs(ref_module, seed, device)
     new_inputs, ref_inputs = correctness.clone_args(inputs), correctness.clone_args(inputs)
     with torch.no_grad():

@@ -76,12 +76,17 @@ def flatten(out) -> list:
     return [out]
 
 
-def reference_scale(r64: torch.Tensor) -> float:
-    """max(1, RMS of the reference's finite values): rounding errors grow with the size of the
-    numbers involved, so an element that cancels to near zero in a long sum keeps the error of
-    its terms. The absolute tolerance is multiplied by it."""
-    finite = r64[r64.isfinite()]
-    return max(1.0, float(finite.square().mean().sqrt())) if finite.numel() else 1.0
+def reference_scale(ref: torch.Tensor) -> torch.Tensor:
+    """max(1, RMS of the reference's finite values), as a 0-d tensor on the reference's device:
+    rounding errors grow with the size of the numbers involved, so an element that cancels to near
+    zero in a long sum keeps the error of its terms. The absolute tolerance is multiplied by it.
+    Computed as peak * RMS(values / peak), so that squares cannot overflow float32."""
+    finite = ref.isfinite()
+    values = torch.where(finite, ref, 0).abs()
+    peak = values.max() if values.numel() else values.new_zeros(())
+    rms = peak * ((values / peak.clamp_min(torch.finfo(values.dtype).tiny)).square().sum()
+                  / finite.sum().clamp_min(1)).sqrt()
+    return rms.clamp_min(1.0)
 
 
 def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> float:
@@ -112,19 +117,22 @@ def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> f
             continue
         tol = TOLERANCES.get(r.dtype, 1e-4)
         a, rt = tol if atol is None else atol, tol if rtol is None else rtol
-        o64, r64 = o.double(), r.double()
-        a *= reference_scale(r64)
-        diff = (o64 - r64).abs()
-        nan_ok = o64.isnan() == r64.isnan()
-        bad = ~((diff <= a + rt * r64.abs()) | (o64.isnan() & r64.isnan())) | ~nan_ok
-        finite = diff[~diff.isnan()]
-        err = float(finite.max()) if finite.numel() else 0.0
-        if bool(bad.any()):
-            n_bad, n_nan = int(bad.sum()), int((o64.isnan() & ~r64.isnan()).sum())
+        # float32 holds every 16- and 32-bit value exactly and rounds |out - ref| far below any tolerance
+        # used here; it moves half the bytes of float64 (outputs of hundreds of MB are common)
+        work = torch.float64 if r.dtype == torch.float64 else torch.float32
+        ow, rw = o.detach().to(work), r.detach().to(work)  # detached: mode_findings compares with gradients on
+        limit = a * reference_scale(rw)
+        diff = (ow - rw).abs()
+        nan_ok = ow.isnan() == rw.isnan()
+        bad = ~((diff <= limit + rt * rw.abs()) | (ow.isnan() & rw.isnan())) | ~nan_ok
+        largest = torch.where(diff.isnan(), 0, diff).max() if diff.numel() else diff.new_zeros(())
+        n_bad, err, a = torch.stack([bad.sum().to(work), largest, limit]).tolist()  # one wait for the GPU
+        if n_bad:
+            n_nan = int((ow.isnan() & ~rw.isnan()).sum())
             idx = tuple(int(j) for j in torch.nonzero(bad)[0]) if bad.dim() else ()
             raise Mismatch(
-                f"{where}: {n_bad} of {r.numel()} elements outside atol={a:g} rtol={rt:g}"
+                f"{where}: {int(n_bad)} of {r.numel()} elements outside atol={a:g} rtol={rt:g}"
                 f" (max abs error {err:.3g}; {n_nan} NaN where the reference has a number;"
-                f" first at index {list(idx)}: got {o64[idx].item():.6g}, expected {r64[idx].item():.6g})")
+                f" first at index {list(idx)}: got {ow[idx].item():.6g}, expected {rw[idx].item():.6g})")
         worst = max(worst, err)
     return worst

@@ -105,6 +105,7 @@ def to_result(raw: RawResult, baseline: dict | None, device: str, info: dict) ->
         result.timing_note = CPU_TIMING_NOTE
     elif timing:
         result.runtime_ms, result.runtime_iqr_ms = timing["median_ms"], timing["iqr_ms"]
+        result.timing_trials = timing["trials"]
         eager, compiled = (baseline or {}).get("eager"), (baseline or {}).get("compile")
         if eager:
             result.ref_runtime_ms = eager["median_ms"]
@@ -148,6 +149,37 @@ def evaluate_many(pairs: list[tuple[Task, str]], max_in_flight: int | None = Non
 
     with ThreadPoolExecutor(max_in_flight) as pool:
         results = list(pool.map(one, pairs))
+    if bar is not None:
+        bar.close()
+    return results
+
+
+def ensure_baselines(tasks: list[Task], *, device: str | None = None, max_in_flight: int | None = None,
+                     progress: bool = True, warmup: int = 3, timing_trials: int = 100,
+                     flush_bytes: int = FLUSH_BYTES, isolation: str = "fork") -> list[dict]:
+    """Measure and cache the eager and torch.compile baselines of many tasks, several at once (a worker
+    per task; each timing holds the GPU alone, the compiles overlap): what evaluate() would do on first
+    meeting each task, done ahead for a whole task set. Cached tasks cost nothing."""
+    device = resolve_device(device)
+    if device == "cpu":
+        raise ValueError("baselines need a CUDA GPU: nothing is timed on the CPU")
+    sandbox = get_sandbox(device, isolation, profiler=False)
+    info = sandbox.start()
+    env = {"TRITON_CACHE_DIR": str(cache_dir() / "triton")}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(tasks), desc="baselines", unit="task")
+
+    def one(task: Task) -> dict:
+        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, env)
+        if bar is not None:
+            bar.update(1)
+        return baseline
+
+    with ThreadPoolExecutor(max_in_flight or max(1, min(len(tasks), os.cpu_count() or 2))) as pool:
+        results = list(pool.map(one, tasks))
     if bar is not None:
         bar.close()
     return results

@@ -28,6 +28,7 @@ class EvalResult:
     coverage: float | None = None
     kernels: list[dict] = field(default_factory=list)
     trials: int = 0  # correctness trials that passed
+    timing_trials: int = 0  # timed trials of the candidate that ran (timing stops early once its median is precise)
     seeds: list[int] = field(default_factory=list)
     device: str | None = None
     versions: dict[str, str] = field(default_factory=dict)

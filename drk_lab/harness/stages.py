@@ -24,7 +24,7 @@ from drk_lab.harness.launches import KernelLaunches
 from drk_lab.harness.models import build, copy_weights, load_module, make_inputs, sync
 from drk_lab.harness.ncu import ncu_metrics
 from drk_lab.harness.protocol import Job, RawResult
-from drk_lab.harness.timing import time_cuda
+from drk_lab.harness.timing import MIN_TRIALS, time_cuda, warm_up
 
 CANDIDATE_FILE, REFERENCE_FILE = "candidate.py", "reference.py"  # in the job's folder, the worker's cwd
 
@@ -179,6 +179,9 @@ class JobRunner:
             self.raise_if_hacked(result, extra_calls.call_findings(
                 ref_module, ref, new, seed=job.trial_seeds[0] + 1, device=self.device,
                 candidate_file=self.candidate_file, atol=job.atol, rtol=job.rtol))
+        self.end_stage()
+        self.stage("mode_and_determinism")
+        with self.shared_gpu():
             self.raise_if_hacked(result, extra_calls.mode_findings(
                 ref, new, ref_module, seed=job.trial_seeds[0] + 3, device=self.device,
                 candidate_file=self.candidate_file, notes=result.notes))
@@ -196,30 +199,44 @@ class JobRunner:
 
     def time_model(self, ref_module, model, kernel_names: set[str] | None = None,
                    result: RawResult | None = None, ref=None) -> dict:
-        """Time the model under the exclusive lock. With kernel_names (a candidate with hack checks or
-        profiling on), also its bandwidth against the measured copy, its profile (kernel table,
-        coverage; under the shared lock) and the speed-of-light check. With `ref` (a candidate with hack
-        checks on), the outputs of the last timed call and of a few drawn at random are kept (copied
-        after their trial, outside the timed region) and checked afterwards, with one more trial."""
+        """Warm the model up under the shared lock, then time it under the exclusive one. With
+        kernel_names (a candidate with hack checks or profiling on), also its bandwidth against the
+        measured copy, its profile (kernel table, coverage; under the shared lock) and the speed-of-light
+        check. With `ref` (a candidate with hack checks on), the outputs of the last timed call and of a
+        few drawn at random are kept (copied after their trial, outside the timed region) and checked
+        afterwards, with one more trial."""
+        self.stage("warm_up")
+        with self.shared_gpu(), torch.no_grad():
+            inputs = make_inputs(ref_module, self.job.timing_seed, self.device)
+            pristine = correctness.clone_args(inputs) if ref is not None else None
+            warm_up(model, inputs, lambda: sync(self.device))
+        self.end_stage()
+        checked = self.timed_calls_to_check() if ref is not None else set()
+        kept: dict[int, list] = {}
+        last = []  # the final trial of the latest chunk: the last timed call once timing stops
+
+        def keep_output(trial: int, out, chunk_end: bool) -> None:
+            if trial in checked or chunk_end:
+                kept[trial] = correctness.clone_args(correctness.flatten(out))
+            if chunk_end:
+                if last and last[0] not in checked:
+                    del kept[last.pop()]
+                last[:] = [trial]
         self.stage("wait_lock")
         with self.lock.exclusive():
             self.end_stage()
             self.stage("timing")
-            inputs = make_inputs(ref_module, self.job.timing_seed, self.device)
-            pristine = correctness.clone_args(inputs) if ref is not None else None
-            checked = self.timed_calls_to_check() if ref is not None else set()
-            kept: dict[int, list] = {}
-
-            def keep_output(trial: int, out) -> None:
-                if trial in checked:
-                    kept[trial] = correctness.clone_args(correctness.flatten(out))
             with torch.no_grad():
                 stats = time_cuda(model, inputs, self.job.warmup, self.job.timing_trials, self.job.flush_bytes,
-                                  after_call=keep_output if checked else None)
+                                  after_call=keep_output if ref is not None or kernel_names is not None else None)
                 if kernel_names is not None:
-                    moved = profiler.io_bytes(inputs, model(*inputs))
                     copy = profiler.copy_bandwidth(self.device)  # measured once per device, with the GPU to itself
             self.end_stage()
+        if kernel_names is not None:
+            moved = profiler.io_bytes(inputs, kept[last[0]])
+        if ref is None:
+            kept.clear()
+        findings = []
         if ref is not None:
             self.stage("after_timing")
             with self.shared_gpu():
@@ -227,11 +244,14 @@ class JobRunner:
                     ref, model, pristine, inputs, kept, ref_module, seed=self.job.timing_seed + 1,
                     device=self.device, candidate_file=self.candidate_file, atol=self.job.atol, rtol=self.job.rtol)
             self.end_stage()
-            self.raise_if_hacked(result, findings)
         if kernel_names is None:
+            self.raise_if_hacked(result, findings)
             return stats
         fraction = profiler.achieved_bandwidth(moved, stats["median_ms"] * 1e-3, copy).get("fraction")
         result.bandwidth_fraction = fraction
+        if self.checks:  # both verdicts on what was timed: a cheap path that went wrong is usually also too fast
+            findings += runtime_checks.speed_of_light_findings(fraction, stats["median_ms"])
+        self.raise_if_hacked(result, findings)
         if self.profiling:
             self.stage("profile")
             with torch.no_grad():
@@ -241,15 +261,15 @@ class JobRunner:
             ncu = self.ncu_metrics(kernel_names, result) if self.profiling == "ncu" else None
             result.bottleneck = profiler.bottleneck_summary(result.kernels, result.coverage, fraction,
                                                             stats["median_ms"], ncu=ncu)
-        if self.checks:
-            self.raise_if_hacked(result, runtime_checks.speed_of_light_findings(fraction, stats["median_ms"]))
         return stats
 
     def timed_calls_to_check(self, drawn: int = 3) -> set[int]:
-        """The last timed call and `drawn` others at random (seeded per evaluation, so unpredictable)."""
+        """`drawn` timed calls at random (seeded per evaluation, so unpredictable) and the last one asked for
+        (time_model also keeps the last that ran, where timing stopped early)."""
         trials = self.job.timing_trials
         rng = random.Random(self.job.timing_seed)
-        return {trials - 1} | set(rng.sample(range(trials), min(drawn, trials)))
+        always_run = min(trials, MIN_TRIALS)  # timing may stop after these: draw among them
+        return {trials - 1} | set(rng.sample(range(always_run), min(drawn, always_run)))
 
     def ncu_metrics(self, kernel_names: set[str], result: RawResult) -> dict:
         """Nsight Compute's DRAM throughput and occupancy per candidate kernel, added to its row of the
