@@ -3,6 +3,8 @@
 import gc
 import time
 
+import pytest
+
 from drk_lab.harness.timing import median_precision, run_trials, summarize, warm_up
 
 
@@ -82,6 +84,10 @@ def recorded_run(durations: list[float], warmup: int = 3, chunk: int = 25, min_t
         log.append(("sync",))
         clock[0] += 7.0
 
+    def spin(seconds):
+        log.append(("spin", seconds))
+        clock[0] += 50.0
+
     clocks = iter([{"sm_clock_mhz": 1980, "slowdown": []}, {"sm_clock_mhz": 1700, "slowdown": ["hw_thermal"]}])
 
     def read_clock():
@@ -93,7 +99,8 @@ def recorded_run(durations: list[float], warmup: int = 3, chunk: int = 25, min_t
         clock[0] += 1000.0  # would show in the statistics if it ran between the events
         after_call(trial, out, chunk_end)
 
-    stats = run_trials(fn, ["input"], warmup, len(durations), flush=flush, new_event=lambda: FakeEvent(log, clock),
+    stats = run_trials(fn, ["input"], warmup, len(durations), flush=flush, lead_spin=spin,
+                       new_event=lambda: FakeEvent(log, clock),
                        synchronize=sync, read_clock=read_clock, after_call=after_call and handed_over, chunk=chunk,
                        min_trials=min_trials, precision=precision)
     return stats, log, gc_during_calls
@@ -103,6 +110,7 @@ def test_each_trial_times_exactly_one_call_after_a_flush():
     durations = [3.0, 1.0, 2.0, 5.0, 4.0]
     _, log, _ = recorded_run(durations)
     first_record = next(i for i, entry in enumerate(log) if entry[0] == "record")
+    assert log[first_record - 2][0] == "spin"  # the chunk's lead, before its first flush
     measured = log[first_record - 1:-2]  # from the first trial's flush to the last trial's end event
     assert len(measured) == 4 * len(durations)
     starts = []
@@ -131,8 +139,22 @@ def test_the_host_queues_a_chunk_of_trials_between_synchronizations():
 def test_warmup_calls_come_before_any_event():
     _, log, _ = recorded_run([1.0, 2.0], warmup=4)
     first_record = next(i for i, entry in enumerate(log) if entry[0] == "record")
-    assert log[:first_record - 1] == [("call",)] * 4 + [("sync",), ("clock",)]  # the clock read before timing
+    assert log[:first_record - 2] == [("call",)] * 4 + [("sync",), ("clock",)]  # the clock read before timing
     assert log[first_record:].count(("call",)) == 2
+
+
+def test_each_chunk_starts_with_a_lead_long_enough_to_queue_it():
+    log, slow = [], []
+
+    def fn(x):
+        time.sleep(0.002)  # a forward that takes 2 ms of host time to queue
+        slow.append(1)
+
+    run_trials(fn, ["input"], 3, 10, flush=lambda: None, lead_spin=lambda s: log.append(s),
+               new_event=lambda: FakeEvent([], [0.0]), synchronize=lambda: None, read_clock=lambda: None,
+               chunk=4, min_trials=100)
+    assert len(log) == 3  # chunks of 4, 4 and 2
+    assert 4 * 2 * 0.002 <= log[0] <= 0.05 and log[2] == pytest.approx(log[0] / 2)
 
 
 def test_warm_up_lasts_long_enough_and_no_longer_than_max_calls():

@@ -11,7 +11,7 @@ from dataclasses import replace
 from drk_lab.hacks.static_rules import static_hack_check
 from drk_lab.harness.caller import get_sandbox
 from drk_lab.harness.devices import resolve_device
-from drk_lab.harness.protocol import STAGE_TIMEOUTS, Job, RawResult
+from drk_lab.harness.protocol import COMPILE_NOT_ASKED, STAGE_TIMEOUTS, Job, RawResult
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.settings import cache_dir
 from drk_lab.harness.shapes import other_shape
@@ -30,7 +30,8 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
              timing_trials: int = 100, warmup: int = 3, timeout_s: float = 120.0, device: str | None = None,
              seed: int | None = None, atol: float | None = None, rtol: float | None = None,
              flush_bytes: int = FLUSH_BYTES, isolation: str = "fork", stage_timeouts: dict | None = None,
-             host_memory_bytes: int | None = None, hack_checks: bool = True) -> EvalResult:
+             host_memory_bytes: int | None = None, hack_checks: bool = True,
+             compile_baseline: bool = True) -> EvalResult:
     """Check, run and time one candidate `ModelNew` source against a task's reference `Model`.
 
     The candidate only ever runs in a separate worker process. On CPU (or device="cpu") the
@@ -40,6 +41,8 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     studying the harness itself, never for rewards. `profile="ncu"` adds Nsight Compute's DRAM
     throughput and achieved occupancy to the candidate's rows of the kernel table (when `ncu` is
     on PATH; otherwise a note says why), in a separate run that holds the GPU alone.
+    `compile_baseline=False` times the reference in eager mode only (no speedup over torch.compile):
+    for sets of thousands of new tasks, where compiling each reference costs more than its evaluations.
     """
     device = resolve_device(device)  # ValueError in one line for a device that is not there
     static_failure = check_candidate(code)
@@ -69,17 +72,18 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
             job.other_shape = replace(shape, seed=rng.randrange(2**31))
     baseline = None
     if timing and device != "cpu":
-        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job.env)
+        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job.env, compile_baseline)
     raw = sandbox.run(job)
     raw.notes = notes + raw.notes
     return to_result(raw, baseline, device, info)
 
 
 def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, flush_bytes: int,
-                    env: dict) -> dict:
+                    env: dict, compile_baseline: bool = True) -> dict:
     """Eager and torch.compile timings of the reference, measured once in a worker that loads no
     candidate code, then cached on disk (key: task source, device, versions, timing settings)."""
-    key = baseline_key(task.source, info.get("device_name", ""), info.get("versions", {}), warmup, trials, flush_bytes)
+    key = baseline_key(task.source + ("" if compile_baseline else "\n# eager only"), info.get("device_name", ""),
+                       info.get("versions", {}), warmup, trials, flush_bytes)
     with _baseline_locks_guard:
         lock = _baseline_locks.setdefault(key, threading.Lock())
     with lock:
@@ -88,6 +92,7 @@ def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, f
             return cached
         raw = sandbox.run(Job(mode="baseline", task_name=task.name, task_source=task.source, warmup=warmup,
                               timing_trials=trials, flush_bytes=flush_bytes, timeout_s=1800.0,
+                              compile_baseline=compile_baseline,
                               env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor")}))
         baseline = raw.baseline or {"eager": None, "compile": None, "error": f"{raw.error_kind}: {raw.error}"}
         if raw.baseline:
@@ -122,6 +127,8 @@ def to_result(raw: RawResult, baseline: dict | None, device: str, info: dict) ->
         result.timings_valid = bool(eager)
         if not eager:
             result.timing_note = f"the reference could not be timed: {(baseline or {}).get('error')}"
+        elif not compiled and baseline.get("compile_error") == COMPILE_NOT_ASKED:
+            result.timing_note = "the reference was timed in eager mode only (compile_baseline=False)"
         elif not compiled:
             result.timing_note = f"torch.compile failed on the reference: {(baseline or {}).get('compile_error')}"
     return result
@@ -156,7 +163,8 @@ def evaluate_many(pairs: list[tuple[Task, str]], max_in_flight: int | None = Non
 
 def ensure_baselines(tasks: list[Task], *, device: str | None = None, max_in_flight: int | None = None,
                      progress: bool = True, warmup: int = 3, timing_trials: int = 100,
-                     flush_bytes: int = FLUSH_BYTES, isolation: str = "fork") -> list[dict]:
+                     flush_bytes: int = FLUSH_BYTES, isolation: str = "fork",
+                     compile_baseline: bool = True) -> list[dict]:
     """Measure and cache the eager and torch.compile baselines of many tasks, several at once (a worker
     per task; each timing holds the GPU alone, the compiles overlap): what evaluate() would do on first
     meeting each task, done ahead for a whole task set. Cached tasks cost nothing."""
@@ -173,7 +181,7 @@ def ensure_baselines(tasks: list[Task], *, device: str | None = None, max_in_fli
         bar = tqdm(total=len(tasks), desc="baselines", unit="task")
 
     def one(task: Task) -> dict:
-        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, env)
+        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, env, compile_baseline)
         if bar is not None:
             bar.update(1)
         return baseline

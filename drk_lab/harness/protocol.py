@@ -32,6 +32,9 @@ MAX_LOCK_WAIT_S = 1800.0  # waiting for the GPU's timing lock does not count aga
 REUSABLE_OUTCOMES = {None} | {k.name for k in ERROR_KINDS.values() if k.worker_reusable}
 
 
+COMPILE_NOT_ASKED = "not asked for (compile_baseline=False)"  # a baseline's compile_error when eager only
+
+
 @dataclass
 class Job:
     """One evaluation (mode "candidate") or one reference timing (mode "baseline")."""
@@ -45,6 +48,7 @@ class Job:
     timing_seed: int = 0  # inputs of the timed calls
     correctness_trials: int = 5
     timing: bool = True
+    compile_baseline: bool = True  # a baseline job: also time the reference under torch.compile
     timing_trials: int = 100
     warmup: int = 3
     flush_bytes: int = FLUSH_BYTES

@@ -23,7 +23,7 @@ from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.launches import KernelLaunches
 from drk_lab.harness.models import build, copy_weights, load_module, make_inputs, sync
 from drk_lab.harness.ncu import ncu_metrics
-from drk_lab.harness.protocol import Job, RawResult
+from drk_lab.harness.protocol import COMPILE_NOT_ASKED, Job, RawResult
 from drk_lab.harness.timing import MIN_TRIALS, time_cuda, warm_up
 
 CANDIDATE_FILE, REFERENCE_FILE = "candidate.py", "reference.py"  # in the job's folder, the worker's cwd
@@ -292,6 +292,9 @@ class JobRunner:
         """Eager and torch.compile timings of the reference alone (no candidate code loaded)."""
         ref_module, ref, _ = self.load(with_candidate=False)
         out = {"eager": self.time_model(ref_module, ref), "compile": None, "compile_error": None}
+        if not self.job.compile_baseline:
+            out["compile_error"] = COMPILE_NOT_ASKED
+            return out
         self.stage("compile_reference")
         try:
             compiled = torch.compile(ref)

@@ -23,7 +23,13 @@ MIN_WARMUP_S = 0.02  # warm up at least this long, so that the clocks have left 
 CHUNK = 25
 MIN_TRIALS = 50
 PRECISION = 0.005
-TIMING_METHOD = 3  # part of the baseline cache key: bump when the way of timing changes
+# Before each chunk the GPU spins while the host queues the chunk (twice the host time the warm-up calls
+# took, plus a margin per trial for the flush and events): on a busy host a forward slower to queue than
+# to run would otherwise leave the GPU idle inside timed regions, which a quiet host never shows.
+HOST_MARGIN_S = 20e-6
+MAX_LEAD_S = 0.05
+SPIN_CYCLES_PER_S = 2.0e9  # the H200's SM clock is about 1.98 GHz; a lower clock only spins longer
+TIMING_METHOD = 4  # part of the baseline cache key: bump when the way of timing changes
 
 
 def summarize(times_ms: list[float]) -> dict:
@@ -76,21 +82,26 @@ def time_cuda(fn, args: list, warmup: int = 3, trials: int = 100, flush_bytes: i
 
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
     return run_trials(fn, args, warmup, trials, flush=flush.zero_,
+                      lead_spin=lambda seconds: torch.cuda._sleep(int(seconds * SPIN_CYCLES_PER_S)),
                       new_event=partial(torch.cuda.Event, enable_timing=True), synchronize=torch.cuda.synchronize,
                       read_clock=lambda: clock_state(torch.cuda.current_device()), after_call=after_call,
                       precision=precision)
 
 
-def run_trials(fn, args: list, warmup: int, trials: int, flush, new_event, synchronize, read_clock,
+def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_event, synchronize, read_clock,
                after_call=None, chunk: int = CHUNK, min_trials: int = MIN_TRIALS,
                precision: float | None = PRECISION) -> dict:
     """time_cuda's loop, given its device operations (CUDA's there; stand-ins in the CPU tests, which
-    check what happens in the timed region): `warmup` calls, then per trial flush, start event, one
-    call, end event (then after_call, if any, with the call's output), a synchronize after each chunk
-    of trials; the summary of the events' intervals."""
-    for _ in range(warmup):
+    check what happens in the timed region): `warmup` calls, then per chunk a lead spin and per trial
+    flush, start event, one call, end event (then after_call, if any, with the call's output), a
+    synchronize after each chunk of trials; the summary of the events' intervals."""
+    host_s = []
+    for _ in range(max(warmup, 1)):
+        started = time.perf_counter()
         fn(*args)
+        host_s.append(time.perf_counter() - started)  # queueing one call, the GPU not waited for
     synchronize()
+    per_trial_lead = 2 * statistics.median(host_s) + HOST_MARGIN_S
     clock_before = read_clock()
     starts = [new_event() for _ in range(trials)]
     ends = [new_event() for _ in range(trials)]
@@ -100,6 +111,7 @@ def run_trials(fn, args: list, warmup: int, trials: int, flush, new_event, synch
     try:
         while len(times) < trials:
             first, last = len(times), min(trials, len(times) + chunk)
+            lead_spin(min(MAX_LEAD_S, (last - first) * per_trial_lead))
             for trial in range(first, last):
                 flush()
                 starts[trial].record()
