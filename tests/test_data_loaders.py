@@ -274,6 +274,9 @@ def test_sft_rows_load_with_the_cold_start_reader(book, tmp_path):
 
     data = load_cold_start(write_cold_start(book.sft_rows, tmp_path / "kernelbook.parquet"))
     assert len(data) == 2 and data[0]["messages"] == book.sft_rows[0]["messages"]
+    cold = drkernel_cold_start(write(COLD_START_ROWS, tmp_path / "cs.parquet"))
+    both = load_cold_start([write_cold_start(cold.sft_rows, tmp_path / "cs.jsonl"), tmp_path / "kernelbook.parquet"])
+    assert len(both) == 6 and both["task"] == ["11_Model", "11_Model", "13_Swish", None, "1_ScaleShift", "2_Linear"]
 
 
 # -- Dr. Kernel cold start -----------------------------------------------------------------------
@@ -308,6 +311,8 @@ def test_rl_prompts_become_tasks(tmp_path, suffix):
     assert rl.skipped == {"syntax error": 1} and rl.sft_rows == []
     assert all(check_source(t.source, t.name) == {} for t in rl.tasks)
     assert "return []" in rl.tasks[0].source and "Clamp01" not in rl.tasks[0].source  # [[], {}] made positional
+    first = drkernel_rl_tasks(tmp_path / f"rl.{suffix}", limit=1)
+    assert first.read == 1 and [t.name for t in first.tasks] == ["7_Clamp01"]
 
 
 # -- KernelBench checkout ------------------------------------------------------------------------

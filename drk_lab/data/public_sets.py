@@ -54,6 +54,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from drk_lab.agent.extraction import extract_code
 from drk_lab.agent.prompts import initial_prompt
@@ -95,12 +96,14 @@ class PublicSet:
 
 
 # -- reading -------------------------------------------------------------------------------------
-def read_rows(path, columns: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
-    """(where, row) for each row of a file or of the data files in a folder; `where` names the file and
-    row ("f.jsonl: line 3", 1-based; "f.parquet: row 2", 0-based). PublicSetError when a file is missing,
-    unreadable, empty, or lacks one of `columns` (the message lists the columns it has)."""
+def read_rows(path, columns: tuple[str, ...] = (), limit: int | None = None,
+              only: tuple[str, ...] | None = None) -> list[tuple[str, dict]]:
+    """(where, row) for each row of a file or of the data files in a folder, the first `limit` rows if
+    given; `where` names the file and row ("f.jsonl: line 3", 1-based; "f.parquet: row 2", 0-based).
+    PublicSetError when a file is missing, unreadable, empty, or lacks one of `columns` (the message lists
+    the columns it has). `only`: read just these parquet columns (where present), to save memory."""
     try:
-        files = _data_files(path)
+        files = _data_files(Path(path).expanduser())
     except ColdStartError as e:
         raise PublicSetError(str(e)) from None
     rows = []
@@ -115,6 +118,10 @@ def read_rows(path, columns: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
             missing = [c for c in columns if c not in table.column_names]
             if missing:
                 raise PublicSetError(f"{file}: no {missing[0]!r} column (columns: {', '.join(table.column_names)})")
+            if only is not None:
+                table = table.select([c for c in table.column_names if c in only])
+            if limit is not None:
+                table = table.slice(0, max(0, limit - len(rows)))
             found = [(f"{file}: row {i}", row) for i, row in enumerate(table.to_pylist())]
         else:
             try:
@@ -126,10 +133,12 @@ def read_rows(path, columns: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
                 missing = [c for c in columns if c not in row]
                 if missing:
                     raise PublicSetError(f"{where}: no {missing[0]!r} column (columns: {', '.join(row)})")
-        if not found:
+        if not found and limit is None:
             raise PublicSetError(f"{file}: no rows")
         rows += found
-    return rows
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows[:limit]
 
 
 def _text(row: dict, column: str, where: str, key: str | None = None, required: bool = True) -> str | None:
@@ -156,6 +165,10 @@ def _text(row: dict, column: str, where: str, key: str | None = None, required: 
 def _task_name(*parts) -> str:
     name = "_".join(str(p) for p in parts if p not in (None, ""))
     return re.sub(r"[^\w.-]+", "_", name).strip("_") or "task"
+
+
+def _row_id(row: dict, index: int):
+    return row["uuid"] if row.get("uuid") is not None else index
 
 
 def _level(*values) -> int | None:
@@ -200,13 +213,13 @@ def _progress(rows: list, desc: str):
 # -- the loaders ---------------------------------------------------------------------------------
 def drkernel_rl_tasks(path, check: bool = True, limit: int | None = None) -> PublicSet:
     """Tasks from Dr. Kernel's RL prompt set (or its validation set), one per distinct reference."""
-    rows = read_rows(path, ("reward_model", "extra_info"))[:limit]
+    rows = read_rows(path, ("reward_model", "extra_info"), limit, only=("data_source", "reward_model", "extra_info"))
     out, seen = PublicSet(str(path), read=len(rows)), {}
-    for where, row in _progress(rows, "drkernel-rl"):
+    for index, (where, row) in enumerate(_progress(rows, "drkernel-rl")):
         code = _text(row, "reward_model", where, key="ground_truth")
         entry = _text(row, "extra_info", where, key="entry_point", required=False) or "Model"
         extra = row["extra_info"] or {}
-        uuid = extra.get("uuid", extra.get("problem_id"))
+        uuid = next((extra[k] for k in ("uuid", "problem_id") if extra.get(k) is not None), index)
         name = _task_name(extra.get("name")) if extra.get("name") else _task_name(uuid, entry)
         level = _level(extra.get("level"), row.get("data_source"))
         _add_task(out, where, code, entry, name, level, seen, check)
@@ -215,7 +228,7 @@ def drkernel_rl_tasks(path, check: bool = True, limit: int | None = None) -> Pub
 
 def drkernel_cold_start(path, check: bool = True, limit: int | None = None) -> PublicSet:
     """Dr. Kernel's cold-start trajectories as SFT rows (all kept, with a `task` column) and their tasks."""
-    rows = read_rows(path, ("messages",))[:limit]
+    rows = read_rows(path, ("messages",), limit)
     out, seen = PublicSet(str(path), read=len(rows)), {}
     for index, (where, row) in enumerate(_progress(rows, "drkernel-coldstart")):
         try:
@@ -231,7 +244,7 @@ def drkernel_cold_start(path, check: bool = True, limit: int | None = None) -> P
         if code is None:
             out.skip(where, "no reference code in the first user message", f"no fenced block defines {entry}")
         else:
-            name = _task_name(row.get("uuid", index), entry)
+            name = _task_name(_row_id(row, index), entry)
             task = _add_task(out, where, code, entry, name, _level(row.get("level")), seen, check)
         out.sft_rows.append({**row, "task": task.name if task else None})
     return out
@@ -239,7 +252,7 @@ def drkernel_cold_start(path, check: bool = True, limit: int | None = None) -> P
 
 def kernelbook_pairs(path, check: bool = True, limit: int | None = None) -> PublicSet:
     """KernelBook's PyTorch/Triton pairs as Tasks and SFT rows (prompt for the task, Triton answer)."""
-    rows = read_rows(path, KERNELBOOK_CODE + ("entry_point",))[:limit]
+    rows = read_rows(path, KERNELBOOK_CODE + ("entry_point",), limit)
     out, seen = PublicSet(str(path), read=len(rows)), {}
     for index, (where, row) in enumerate(_progress(rows, "kernelbook")):
         python_code, triton_code = (_text(row, c, where) for c in KERNELBOOK_CODE)
@@ -255,7 +268,7 @@ def kernelbook_pairs(path, check: bool = True, limit: int | None = None) -> Publ
             out.skip(where, "triton_code does not survive code extraction")
             continue
         before = len(out.tasks)
-        task = _add_task(out, where, python_code, entry, _task_name(row.get("uuid", index), entry), None, seen, check)
+        task = _add_task(out, where, python_code, entry, _task_name(_row_id(row, index), entry), None, seen, check)
         if task is None or len(out.tasks) == before:  # skipped, or a repeat: one SFT row per task
             continue
         metadata = {k: v for k, v in row.items() if k not in KERNELBOOK_CODE + ("original_triton_code",)}
