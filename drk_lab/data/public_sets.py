@@ -283,7 +283,7 @@ def kernelbench_tasks(folder, check: bool = True) -> PublicSet:
     not load are counted in skipped instead of raised."""
     broken: list[str] = []
     try:
-        tasks = load_tasks(folder, check=check, broken=broken)
+        tasks = load_tasks(Path(folder).expanduser(), check=check, broken=broken)
     except TaskError as e:
         raise PublicSetError(str(e)) from None
     out = PublicSet(str(folder), tasks=tasks, read=len(tasks) + len(broken))
