@@ -6,5 +6,6 @@ batch (padded token tensors with per-turn rewards), loss (the clipped-ratio loss
 trainer (RLTrainer on accelerate), runlog (JSONL/CSV/wandb step rows), sft (the cold start on TRL).
 
 May import: drk_lab.agent, drk_lab.policies, drk_lab.harness and drk_lab.hacks; nothing imports rl
-except the command line, notebooks and benchmarks.
+except the command line, notebooks, benchmarks and drk_lab.data (which reads and checks the cold-start
+layout through rl.sft).
 """
