@@ -7,6 +7,7 @@ the few packages that make it importable without its dependencies."""
 import inspect
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -183,7 +184,12 @@ def test_the_recipe_composes_with_verls_config(tmp_path):
     import verl
     from hydra import compose, initialize_config_dir
 
-    lines = drkernel_overrides("Qwen/Qwen3-8B", str(tmp_path), nodes=4, service_url="http://10.0.0.2:8000")
+    printed = subprocess.run([sys.executable, "-m", "drk_lab.integrations.verl_recipe", "command", "--model",
+                              "Qwen/Qwen3-8B", "--data", str(tmp_path), "--nodes", "4", "--service-url",
+                              "http://10.0.0.2:8000"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    lines = shlex.split(printed.replace("\\\n", " "))[3:]  # the arguments the shell gives `python3 -m verl.trainer.main_ppo`
+    assert lines == drkernel_overrides("Qwen/Qwen3-8B", str(tmp_path), nodes=4, service_url="http://10.0.0.2:8000")
     with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=lines)  # an unknown key would raise here
     assert cfg.algorithm.adv_estimator == "trloo" and cfg.actor_rollout_ref.rollout.n == 16

@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     lines = drkernel_overrides(args.model, args.data, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                                service_url=args.service_url)
-    print(" \\\n    ".join(["python3 -m verl.trainer.main_ppo", *lines]))
+    shell = [f'"{line}"' if "'" in line else line for line in lines]  # the shell keeps hydra's quotes
+    print(" \\\n    ".join(["python3 -m verl.trainer.main_ppo", *shell]))
     return 0
 
 
