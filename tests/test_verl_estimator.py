@@ -229,3 +229,28 @@ def test_recipe_command_line(tmp_path):
     bad = subprocess.run([*run, "data", "--tasks", str(tmp_path / "missing"), "--out", str(tmp_path / "e")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "missing" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_recipes_ray_hook_registers_trloo_in_every_worker():
+    """The hook line of the recipe, in a real local Ray cluster: a fresh worker process (as verl's trainer
+    actor is) finds TRLOO in verl's registry without importing drk_lab itself."""
+    verl_core()
+    ray = pytest.importorskip("ray")
+    hook = next(line for line in drkernel_overrides("m", "d") if "worker_process_setup_hook" in line).split("=", 1)[1]
+    if ray.is_initialized():
+        pytest.skip("a Ray session is already running in this process")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": hook,
+                          "env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}})
+    try:
+        @ray.remote
+        def registered() -> str:
+            from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+            fn = get_adv_estimator_fn("trloo")
+            return f"{fn.__module__}.{fn.__name__}"
+
+        assert ray.get(registered.remote(), timeout=120) == "drk_lab.integrations.verl_estimator.trloo_for_verl"
+    finally:
+        ray.shutdown()
