@@ -92,8 +92,9 @@ def test_correct_wrong_and_hacked_candidates_through_the_service(service, relu):
     correct, wrong, hacked = scores["correct"], scores["wrong"], scores["hacked"]
     # on the CPU nothing is timed: drkernel gives 0.5 for correct (speed and coverage terms 0)
     assert correct["correct"] == 1.0 and correct["score"] == pytest.approx(0.5) and correct["error_kind"] == ""
+    assert correct["speedup"] is None and correct["evaluated"] == 1.0  # untimed on the CPU: None, not NaN
     assert wrong["correct"] == 0.0 and wrong["error_kind"] == "mismatch" and wrong["score"] == 0.0
-    assert hacked["hacked"] == 1.0 and hacked["score"] == 0.0
+    assert hacked["hacked"] == 1.0 and hacked["error_kind"] == "hacked" and hacked["score"] == 0.0
     assert all(set(s) == set(correct) for s in scores.values())  # verl stacks the keys into columns
 
 

@@ -22,7 +22,6 @@ model's fault and must not become a reward of 0.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -92,8 +91,8 @@ def evaluate_remote(task_source: str, code: str, options: dict | None = None, *,
     raise AssertionError("unreachable")
 
 
-def _number(value: Any) -> float:
-    return math.nan if value is None else float(value)
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)  # verl's validation metrics skip None, a NaN would spoil the mean
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, *,
@@ -105,7 +104,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     The keyword arguments come from `reward.custom_reward_function.reward_kwargs`; `options` go to the
     service's evaluate() (e.g. {"timing_trials": 100, "correctness_trials": 5}); `reward` and
     `reward_weights` choose the drk_lab reward. Every call returns the same keys (verl stacks them
-    into per-episode columns): score, correct, hacked, speedup (NaN when untimed), coverage,
+    into per-episode columns): score, correct, hacked, speedup and coverage (None when unmeasured),
     evaluated (0 when the reply had no code), error_kind ("" when none).
     """
     code, outcome = extract_code(solution_str)
