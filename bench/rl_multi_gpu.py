@@ -2,6 +2,8 @@
 
     python bench/rl_multi_gpu.py --compare 1,8 --model /path/to/Qwen3-1.7B --steps 3 --prompts-per-gpu 2 \\
            --samples 4 --turns 2 --max-new-tokens 1024 --force-solutions [--backend http://127.0.0.1:8000]
+    python bench/rl_multi_gpu.py --compare 1,8 --random-hidden 2048 --random-layers 16 --steps 3 \\
+           --prompts-per-gpu 2 --samples 4 --turns 2 --max-new-tokens 512 --force-solutions   # no model files needed
     accelerate launch --num_processes 8 bench/rl_multi_gpu.py --model ... --steps 3      # one run by hand
     python bench/rl_multi_gpu.py --compare 1,2 --steps 1 --prompts-per-gpu 1 --samples 2 --turns 1 \\
            --max-new-tokens 8 --force-solutions --dtype float32                        # the CPU smoke test
@@ -19,7 +21,8 @@ K processes and ACCELERATE_USE_CPU, since `accelerate launch --cpu` starts a sin
 writes $OUT/rl_multi_gpu.json: per K the median step time after the first step, its split (generation,
 evaluation, training; the slowest process's), episodes per second, and the speedup of episodes per
 second over the first K. A run launched by hand writes $OUT/rl_multi_gpu_K.json (K = processes).
-Without --model the tiny random model (drk_lab.tiny_model) is built; nothing is downloaded.
+Without --model the tiny random model (drk_lab.tiny_model) is built, or with --random-hidden H
+--random-layers N a random Qwen3 of that size (bench/rl_run.py's); nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_run import tasks_with_solutions  # noqa: E402  (bench/ is not a package)
+from rl_run import random_model, tasks_with_solutions  # noqa: E402  (bench/ is not a package)
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 TIME_KEYS = ("time/step_s", "time/generation_s", "time/evaluation_s", "time/training_s")
@@ -46,6 +49,8 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--compare", default="", help="process counts to launch and compare, e.g. 1,8")
     p.add_argument("--model", default=None, help="a local Hugging Face model folder (default: the tiny random model)")
+    p.add_argument("--random-hidden", type=int, default=0, help="build a random Qwen3 with this hidden size (bf16)")
+    p.add_argument("--random-layers", type=int, default=8)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--prompts-per-gpu", type=int, default=2)
     p.add_argument("--samples", type=int, default=4)
@@ -73,12 +78,15 @@ def run_once(args: argparse.Namespace) -> None:
     accelerator = Accelerator()
     cuda = torch.cuda.is_available() and not os.environ.get("ACCELERATE_USE_CPU")
     model = args.model
-    if model is None:
+    if model is None:  # built once by the first process, read by all
         from drk_lab.tiny_model import make_tiny_model
 
-        folder = OUT / "tiny_model"
+        folder = OUT / (f"random_qwen3_{args.random_hidden}x{args.random_layers}" if args.random_hidden else "tiny_model")
         if accelerator.is_main_process:
-            make_tiny_model(folder)
+            if args.random_hidden:
+                random_model(folder, args.random_hidden, args.random_layers)
+            else:
+                make_tiny_model(folder)
         accelerator.wait_for_everyone()
         model = str(folder)
     pairs = tasks_with_solutions(cuda, None)
