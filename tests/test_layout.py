@@ -33,6 +33,7 @@ ALLOWED = {
     "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
     "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
     "drk_lab.data": {"drk_lab.harness", "drk_lab.agent", "drk_lab.rl"},
+    "drk_lab.integrations": {"drk_lab.rl", "drk_lab.agent", "drk_lab.harness"},
 }
 
 
