@@ -1,4 +1,4 @@
-"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks.
+"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, serve.
 
     drk eval TASK_FILE CODE_FILE [--small | --full-size] [--sizes N=V,...] [--json]   one candidate, one task
     drk eval --tasks builtin:1 --policy evolve --turns 10                              a policy over a task set
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from drk_lab.harness.task import TaskError, load_task_set
 from drk_lab.policies.choose import POLICY_KINDS, policy_from_spec
+from drk_lab.service.server import add_arguments
 
 PER_TURN_PS = (1.0, 1.2)
 SUMMARY_PS = (1.0, 1.2, 1.5, 2.0)
@@ -287,7 +288,25 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     t = sub.add_parser("tasks", help="list tasks: the built-in suite or a folder (broken files are reported)")
     t.add_argument("folder", nargs="?", default=None)
+
+    s = sub.add_parser("serve", help="the evaluation service over HTTP (docs/service.md)")
+    add_arguments(s)  # server.py imports only the standard library at module level
     return parser, e
+
+
+def start_service(args) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UsageError("needs the service extra: pip install -e '.[service]' (fastapi, uvicorn, httpx, ray)") from None
+    from drk_lab.service.server import serve, settings_from_args
+
+    try:
+        serve(settings_from_args(args))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return 0
 
 
 def run_command(args, eval_parser) -> int:
@@ -302,6 +321,8 @@ def run_command(args, eval_parser) -> int:
         if args.files or not args.policy:
             eval_parser.error("eval takes TASK_FILE CODE_FILE, or --policy KIND[:ARG] (with --tasks ...)")
         return run_policy(args)
+    if args.command == "serve":
+        return start_service(args)
     return list_tasks(args.folder)
 
 
