@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -62,6 +63,8 @@ class EvalRequest(BaseModel):
     task: str | None = None  # a built-in task ("01_relu", "level1/01_relu") or a file under a task folder
     task_source: str | None = Field(None, max_length=MAX_TASK_CHARS)  # or the task's source itself
     task_name: str | None = Field(None, max_length=200)  # its name, with task_source
+    task_full_sizes: dict[str, int | list[int]] | None = None  # a resized task_source: the file's sizes (for its note)
+    task_size_reason: str | None = Field(None, max_length=300)  # and why it was resized
     small: bool | None = None  # named tasks: their small sizes (None: on a CPU service)
     options: Options = Field(default_factory=Options)
     wait_s: float = Field(30.0, ge=0, le=600)  # /v1/evaluate: how long to wait for the result
@@ -156,7 +159,8 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
             if body.small:
                 raise HTTPException(422, "'small' applies to named tasks; resize a task_source before sending it")
             try:  # parsed, never run here: the source runs only where the evaluator runs it
-                return task_from_source(body.task_source, body.task_name or "task", check=False)
+                task = task_from_source(body.task_source, body.task_name or "task", check=False)
+                return replace(task, full_sizes=body.task_full_sizes or {}, size_reason=body.task_size_reason)
             except TaskError as e:
                 raise HTTPException(422, f"task_source: {e}") from None
         path = builtin_index().get(body.task.removesuffix(".py"))
@@ -180,8 +184,8 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
 
     def job_request(body: EvalRequest) -> dict:
         task = resolve_task(body)
-        return {"task_name": task.name, "task_source": task.source, "code": body.code,
-                "options": body.options.model_dump()}
+        return {"task_name": task.name, "task_source": task.source, "task_full_sizes": task.full_sizes,
+                "task_size_reason": task.size_reason, "code": body.code, "options": body.options.model_dump()}
 
     async def waited(key: str, job_id: str, wait_s: float) -> dict:
         future = runner.future(key)

@@ -71,7 +71,9 @@ class ServiceClient:
         if "device" in options:
             raise ValueError("device is the service's choice: leave it out of a remote evaluation")
         options = {name: value for name, value in options.items() if value is not None}
-        where = {"task": task} if isinstance(task, str) else {"task_source": task.source, "task_name": task.name}
+        where = {"task": task} if isinstance(task, str) else {
+            "task_source": task.source, "task_name": task.name, "task_full_sizes": task.full_sizes or None,
+            "task_size_reason": task.size_reason}
         return {**where, "code": code, "options": options}
 
     def submit(self, task: Task | str, code: str, **options) -> str:

@@ -103,7 +103,8 @@ class JobRunner:
 
     def run(self, key: str, request: dict) -> None:
         self.store.mark_running(key)
-        task = Task(name=request["task_name"], source=request["task_source"])
+        task = Task(name=request["task_name"], source=request["task_source"],
+                    full_sizes=request.get("task_full_sizes") or {}, size_reason=request.get("task_size_reason"))
         try:
             result = self.pool.evaluate(task, request["code"], **request["options"])
         except Exception as e:  # the pool itself failed (not the candidate): the job fails, nothing is stored
