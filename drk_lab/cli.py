@@ -295,11 +295,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
 
 def start_service(args) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise UsageError("needs the service extra: pip install -e '.[service]' (fastapi, uvicorn, httpx, ray)") from None
+    from importlib.util import find_spec
+
+    if not all(find_spec(name) for name in ("fastapi", "uvicorn", "httpx")):
+        raise UsageError("needs the service extra: pip install -e '.[service]' (fastapi, uvicorn, httpx, ray)")
     from drk_lab.service.server import serve, settings_from_args
 
     try:
