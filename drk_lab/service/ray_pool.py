@@ -21,6 +21,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
@@ -97,6 +98,7 @@ class RayPool:
                 self.free.put(index)
         self.busy = [0] * count
         self.deaths = [0] * count
+        self.down = [False] * count  # dead or restarting: none of its slots is handed out
         self.lock = threading.Lock()
 
     @property
@@ -108,25 +110,49 @@ class RayPool:
         """The name that goes into the store's keys: the actors' device names (one name on a uniform cluster)."""
         return "+".join(sorted({info["device_name"] for info in self.infos}))
 
-    def take(self, avoid: int | None = None) -> int:
-        """A free slot, on another actor than `avoid` when there is more than one actor."""
+    def take(self) -> int:
+        """A free slot of an actor that is up (a dead one is down until Ray has restarted it)."""
         skipped = []
         try:
             while True:
                 index = self.free.get()
-                if index != avoid or len(self.actors) == 1:
-                    with self.lock:
+                with self.lock:
+                    if not self.down[index]:
                         self.busy[index] += 1
-                    return index
+                        return index
                 skipped.append(index)
-                if len(skipped) >= self.slots:  # only the dead actor's slots are free: wait for another
+                if self.free.empty():  # only slots of actors that are down are free: wait a little
                     for i in skipped:
                         self.free.put(i)
                     skipped = []
-                    threading.Event().wait(0.05)
+                    time.sleep(0.05)
         finally:
             for i in skipped:
                 self.free.put(i)
+
+    def mark_dead(self, index: int) -> bool:
+        """Take a dead actor out of service until it answers again; True for the first report of this death."""
+        with self.lock:
+            if self.down[index]:
+                return False
+            self.down[index] = True
+            self.deaths[index] += 1
+        threading.Thread(target=self.wait_for_restart, args=(index,), daemon=True).start()
+        return True
+
+    def wait_for_restart(self, index: int, limit_s: float = 900.0) -> None:
+        """Ray restarts the actor (a new process, a new worker pool); it is back once it answers."""
+        import ray
+
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            try:
+                self.infos[index] = ray.get(self.actors[index].info.remote(), timeout=60)
+                break
+            except Exception:  # still restarting
+                time.sleep(0.5)
+        with self.lock:
+            self.down[index] = False
 
     def give_back(self, index: int) -> None:
         with self.lock:
@@ -139,19 +165,18 @@ class RayPool:
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         wait_s = options.get("timeout_s", 120.0) + MAX_LOCK_WAIT_S + 300.0  # the harness has its own limits
-        died, notes = None, []
+        notes = []
         for attempt in range(RETRIES + 1):
-            index = self.take(avoid=died)
+            index = self.take()
             try:
                 data = ray.get(self.actors[index].evaluate.remote(task.to_dict(), code, options), timeout=wait_s)
             except (RayActorError, ActorUnavailableError) as e:
-                with self.lock:
-                    self.deaths[index] += 1
-                pid = self.infos[index]["pid"]
-                notes.append(f"the Ray actor (pid {pid} on {self.infos[index]['host']}) running this evaluation "
-                             f"died ({type(e).__name__}); " + ("retried on another actor" if attempt < RETRIES else
-                                                                  "not retried again"))
-                died = index
+                who = self.infos[index]  # before the restart replaces it
+                self.mark_dead(index)
+                then = "not retried again" if attempt == RETRIES else (
+                    "retried on another actor" if len(self.actors) > 1 else "retried once it restarted")
+                notes.append(f"the Ray actor (pid {who['pid']} on {who['host']}) running this evaluation died "
+                             f"({type(e).__name__}); {then}")
                 continue
             finally:
                 self.give_back(index)
@@ -195,8 +220,8 @@ class RayPool:
 
     def workers(self) -> list[dict]:
         with self.lock:
-            return [{**info, "busy": self.busy[i], "slots": self.slots, "deaths": self.deaths[i]}
-                    for i, info in enumerate(self.infos)]
+            return [{**info, "busy": self.busy[i], "slots": self.slots, "deaths": self.deaths[i],
+                     "state": "restarting" if self.down[i] else "up"} for i, info in enumerate(self.infos)]
 
     def close(self) -> None:
         import ray
