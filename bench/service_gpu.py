@@ -83,10 +83,13 @@ def start_server(*args: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the server did not come up in 10 minutes")
 
 
-def through_service(pairs: list[tuple], *args: str, again: bool = False) -> dict:
+def through_service(pairs: list[tuple], warm: tuple, *args: str, again: bool = False) -> dict:
+    """The pairs through a fresh `drk serve ARGS`, after one warm-up request (`warm`, evaluated in the
+    warm-up pass already: its baseline is cached), so that neither side pays for starting its workers."""
     proc, url = start_server(*args)
     client = ServiceClient(url, token=TOKEN, timeout_s=600)
     try:
+        client.evaluate(*warm, **OPTIONS)
         t0 = time.monotonic()
         results = client.evaluate_many(pairs, **OPTIONS)
         out = summary(results, time.monotonic() - t0)
@@ -112,9 +115,9 @@ def phase_throughput(copies: int, in_flight: int) -> dict:
     local = drk.evaluate_many(fresh(base, copies), max_in_flight=in_flight, **OPTIONS)
     report["in_process_evaluate_many"] = summary(local, time.monotonic() - t0)
     drk.shutdown()  # the GPU's worker pools belong to the server from here
-    report["service_local_pool"] = through_service(fresh(base, copies), "--pool", "local", "--slots", str(in_flight),
-                                                   again=True)
-    report["service_ray_pool"] = through_service(fresh(base, copies), "--pool", "ray", "--slots", str(in_flight))
+    report["service_local_pool"] = through_service(fresh(base, copies), base[0], "--pool", "local", "--slots",
+                                                   str(in_flight), again=True)
+    report["service_ray_pool"] = through_service(fresh(base, copies), base[0], "--pool", "ray", "--slots", str(in_flight))
     return report
 
 
