@@ -126,6 +126,8 @@ def raw(server, method, path, token=TOKEN, **kwargs):
     ("bad_value", 422, "correctness_trials"),
     ("task_and_source", 422, "exactly one of"),
     ("unknown_job", 404, "unknown job"),
+    ("unknown_route", 404, "Not Found"),
+    ("wrong_method", 405, "Method Not Allowed"),
 ])
 def test_bad_requests_get_their_status_and_a_json_error(server, relu_solution, case, status, words):
     good = {"task": "01_relu", "code": relu_solution}
@@ -143,6 +145,8 @@ def test_bad_requests_get_their_status_and_a_json_error(server, relu_solution, c
         "bad_value": lambda: raw(server, "POST", "/v1/evaluate", json={**good, "options": {"correctness_trials": 0}}),
         "task_and_source": lambda: raw(server, "POST", "/v1/evaluate", json={**good, "task_source": "x"}),
         "unknown_job": lambda: raw(server, "GET", "/v1/jobs/no-such-job"),
+        "unknown_route": lambda: raw(server, "GET", "/v1/nothing-here"),
+        "wrong_method": lambda: raw(server, "DELETE", "/v1/evaluate"),
     }[case]
     response = send()
     assert response.status_code == status, response.text

@@ -29,6 +29,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from drk_lab.harness.task import BUILTIN_DIR, Task, TaskError, load_task, task_from_source
 from drk_lab.service.jobs import JobRunner
@@ -123,8 +124,8 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
     async def on_invalid(request: Request, exc: RequestValidationError):
         return validation_response(exc)
 
-    @app.exception_handler(HTTPException)
-    async def on_http(request: Request, exc: HTTPException):
+    @app.exception_handler(StarletteHTTPException)  # ours, and the router's own 404 and 405
+    async def on_http(request: Request, exc: StarletteHTTPException):
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
