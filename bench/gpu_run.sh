@@ -16,6 +16,7 @@ for step in "$@"; do
     rl:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/rl_run.py --random-hidden 1024 --random-layers 8 \
             --force-solutions --steps 3 --log-dir /tmp/rl_log ;;  # needs trl and datasets: see BENCHMARKS.md
     ncu) timeout 240 python bench/ncu_check.py ;;
+    service:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/service_gpu.py ;;  # needs fastapi, uvicorn, httpx, ray
     overhead) DRK_BENCH_REPEATS=1 timeout 150 python bench/hack_recall.py overhead ;;
     hacks:*) timeout ${T:-200} python bench/hack_recall.py ${step#hacks:} ;;
     *:*) timeout ${step#*:} python bench/eval_speed.py ${step%:*} ;;

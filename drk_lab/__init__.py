@@ -4,13 +4,60 @@
     res = drk.evaluate(drk.builtin_tasks(level=1)[0], code)   # an EvalResult
     drk.configure(worker_uses=1)                               # harness settings; restarts the worker pool
     drk.shutdown()                                             # stop the worker pool (it restarts on demand)
+    drk.evaluate(task, code, backend="http://host:8471")       # the same, on a `drk serve` service
+    drk.evaluate_many(pairs, backend="ray")                    # one Ray actor per GPU
 """
+
+from __future__ import annotations
 
 from drk_lab.agent.env import KernelEnv
 from drk_lab.harness.caller import configure, shutdown
-from drk_lab.harness.evaluate import evaluate, evaluate_many
+from drk_lab.harness import evaluate as local
 from drk_lab.harness.result import ERROR_KINDS, EvalResult
 from drk_lab.harness.task import Task, TaskError, builtin_solution, builtin_tasks, load_task, load_tasks
 
 __all__ = ["ERROR_KINDS", "EvalResult", "KernelEnv", "Task", "TaskError", "builtin_solution", "builtin_tasks",
            "configure", "evaluate", "evaluate_many", "load_task", "load_tasks", "shutdown"]
+
+
+def evaluate(task: Task | str, code: str, *, backend: str | None = None, **settings) -> EvalResult:
+    """Evaluate one candidate (drk_lab.harness.evaluate.evaluate has every setting). backend: None or
+    "local" (this machine's isolated workers), "ray" (one actor per GPU of a Ray cluster;
+    drk_lab/service/ray_pool.py) or the URL of a `drk serve` service ("http://host:port"; the token from
+    $DRK_SERVICE_TOKEN). Every backend gives the same EvalResult."""
+    if backend in (None, "local"):
+        return local.evaluate(task, code, **settings)
+    if backend == "ray":
+        from drk_lab.service.ray_pool import default_pool
+
+        settings.pop("device", None)
+        return default_pool().evaluate(task, code, **settings)
+    if backend.startswith(("http://", "https://")):
+        from drk_lab.service.client import ServiceClient
+
+        client = ServiceClient(backend)
+        try:
+            return client.evaluate(task, code, **settings)
+        finally:
+            client.close()
+    raise ValueError(f"backend {backend!r}: expected 'local', 'ray' or a service URL (http://host:port)")
+
+
+def evaluate_many(pairs: list, max_in_flight: int | None = None, progress: bool = True, *,
+                  backend: str | None = None, **settings) -> list[EvalResult]:
+    """Evaluate many (task, code) pairs concurrently, results in the order given; backend as for evaluate."""
+    if backend in (None, "local"):
+        return local.evaluate_many(pairs, max_in_flight, progress, **settings)
+    if backend == "ray":
+        from drk_lab.service.ray_pool import default_pool
+
+        return default_pool().evaluate_many(pairs, progress=progress, **settings)
+    if backend.startswith(("http://", "https://")):
+        from drk_lab.service.client import ServiceClient
+
+        client = ServiceClient(backend)
+        try:
+            return client.evaluate_many(pairs, progress=progress, **settings)
+        finally:
+            client.close()
+    raise ValueError(f"backend {backend!r}: expected 'local', 'ray' or a service URL (http://host:port)")

@@ -1,4 +1,4 @@
-"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, baselines.
+"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, baselines, serve.
 
     drk eval TASK_FILE CODE_FILE [--small | --full-size] [--sizes N=V,...] [--json]   one candidate, one task
     drk eval --tasks builtin:1 --policy evolve --turns 10                              a policy over a task set
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from drk_lab.harness.task import TaskError, load_task_set
 from drk_lab.policies.choose import POLICY_KINDS, policy_from_spec
+from drk_lab.service.server import add_arguments
 
 PER_TURN_PS = (1.0, 1.2)
 SUMMARY_PS = (1.0, 1.2, 1.5, 2.0)
@@ -294,7 +295,24 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     b.add_argument("--device", default=None, help=devices)
     b.add_argument("--jobs", type=positive, default=None, help="tasks in flight")
     b.add_argument("--timing-trials", type=positive, default=100)
+
+    s = sub.add_parser("serve", help="the evaluation service over HTTP (docs/service.md)")
+    add_arguments(s)  # server.py imports only the standard library at module level
     return parser, e
+
+
+def start_service(args) -> int:
+    from importlib.util import find_spec
+
+    if not all(find_spec(name) for name in ("fastapi", "uvicorn", "httpx")):
+        raise UsageError("needs the service extra: pip install -e '.[service]' (fastapi, uvicorn, httpx, ray)")
+    from drk_lab.service.server import serve, settings_from_args
+
+    try:
+        serve(settings_from_args(args))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return 0
 
 
 def run_command(args, eval_parser) -> int:
@@ -311,6 +329,8 @@ def run_command(args, eval_parser) -> int:
         return run_policy(args)
     if args.command == "baselines":
         return fill_baselines(args)
+    if args.command == "serve":
+        return start_service(args)
     return list_tasks(args.folder)
 
 

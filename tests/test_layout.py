@@ -34,6 +34,8 @@ ALLOWED = {
     "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
     "drk_lab.data": {"drk_lab.harness", "drk_lab.agent", "drk_lab.rl"},
     "drk_lab.integrations": {"drk_lab.rl", "drk_lab.agent", "drk_lab.harness"},
+    # beside the harness: it runs the local evaluator; only drk_lab/__init__'s evaluate(backend=...) reaches it
+    "drk_lab.service": {"drk_lab.harness", "drk_lab.hacks"},
 }
 
 
@@ -155,6 +157,20 @@ def test_the_public_names_users_rely_on_stay_importable():
         assert callable(getattr(drk, name)), name
     assert all(callable(f) for f in (fast_p, get_reward, grpo_multiturn, trloo, mismatch_rejection,
                                      profiling_rejection))
+
+
+def test_only_the_public_api_and_the_command_line_reach_the_service():
+    """The service sits beside the harness: no package below it (or beside it) imports it, so the local
+    evaluator never knows it exists and `import drk_lab` needs neither FastAPI nor Ray."""
+    for module, targets in GRAPH.items():
+        if package_of(module) not in ("drk_lab.service", "drk_lab"):
+            assert not any(package_of(t) == "drk_lab.service" for t in targets), module
+    import subprocess
+    import sys
+
+    check = "import sys, drk_lab, drk_lab.cli; print(sorted({'fastapi', 'uvicorn', 'ray', 'httpx'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
 
 
 def test_nothing_but_the_command_line_imports_viz():

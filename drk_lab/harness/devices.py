@@ -3,6 +3,7 @@ what a worker process needs for it (environment, GPU index, the GPU's name)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 
@@ -29,6 +30,16 @@ def resolve_device(device: str | None) -> str:
 
 def gpu_index(device: str) -> int:
     return int(device.partition(":")[2] or 0)
+
+
+def physical_gpu(index: int) -> int:
+    """The machine's number for the GPU this process calls `index`: under CUDA_VISIBLE_DEVICES=3 (one Ray
+    actor per GPU) cuda:0 is GPU 3, and the GPU lock must be GPU 3's. Non-numeric entries (UUIDs) keep
+    the index."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if index < len(visible) and visible[index].isdigit():
+        return int(visible[index])
+    return index
 
 
 def device_env(device: str) -> dict[str, str]:

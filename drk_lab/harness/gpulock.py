@@ -12,6 +12,7 @@ import os
 import time
 from contextlib import contextmanager
 
+from drk_lab.harness.devices import physical_gpu
 from drk_lab.harness.settings import current
 
 # settings.lifecycle_lock: also hold the (shared) lock while a worker's CUDA context starts and ends. On by
@@ -23,6 +24,7 @@ from drk_lab.harness.settings import current
 class GpuLock:
     def __init__(self, lock_dir: str, gpu: int):
         os.makedirs(lock_dir, exist_ok=True)
+        gpu = physical_gpu(gpu)  # processes that see different CUDA_VISIBLE_DEVICES share one lock per real GPU
         self.main_path = os.path.join(lock_dir, f"gpu{gpu}.lock")
         self.turnstile_path = os.path.join(lock_dir, f"gpu{gpu}.turnstile")
         self.held: int | None = None  # fd of the main lock while this process holds it

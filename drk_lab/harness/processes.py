@@ -4,9 +4,16 @@ the kernel settings a worker or supervisor process gives itself (Linux only)."""
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
+import socket
+import struct
 import sys
+
+CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
+# set by enter_worker when the worker could not get a network namespace: the reason, for EvalResult.notes
+network_note: str | None = None
 
 
 def rss_bytes(pid: int) -> int:
@@ -15,6 +22,18 @@ def rss_bytes(pid: int) -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def folder_bytes(folder: str) -> int:
+    """Bytes in the files under `folder` (allocated blocks, so sparse files count what they use)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def parents() -> dict[int, int]:
@@ -84,9 +103,11 @@ def set_parent_death_signal() -> None:
         pass
 
 
-def enter_worker(out_w: int | None) -> None:
+def enter_worker(out_w: int | None, file_bytes: int | None = None) -> None:
     """In a new worker process: own session, output to the pipe, first in line for the OOM killer, no
-    core dumps. With out_w=None the spawner has already made the session and redirected the output."""
+    core dumps, no file larger than `file_bytes` (settings.scratch_bytes), and its own network namespace
+    (isolate_network). With out_w=None the spawner has already made the session and redirected the output."""
+    global network_note
     if out_w is not None:
         os.setsid()
         sys.stdout.flush()
@@ -102,3 +123,34 @@ def enter_worker(out_w: int | None) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if file_bytes:  # a write past the limit fails with EFBIG (an exception the candidate sees), not SIGXFSZ
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+    network_note = isolate_network()
+
+
+def isolate_network() -> str | None:
+    """Move this process into a network namespace of its own, where only its own loopback exists: no other
+    host, and none of this machine's services (not even those on 127.0.0.1) can be reached. As root (or
+    with CAP_SYS_ADMIN) a plain unshare(CLONE_NEWNET); otherwise inside a new user namespace that maps
+    our uid and gid to themselves, where the kernel allows unprivileged ones. Must run while the process
+    has one thread. Returns None when done, else one line saying why not (it goes into EvalResult.notes)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        first = os.strerror(ctypes.get_errno())
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+            return (f"no network isolation: the OS refused a network namespace ({first}; as an unprivileged "
+                    f"user: {os.strerror(ctypes.get_errno())}); the candidate ran with the host's network")
+        try:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        except OSError:
+            pass  # unmapped ids show as nobody inside; file access still uses the real ones
+    try:  # loopback up, so that tools that talk to themselves over 127.0.0.1 (Nsight Compute) still work
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS: UP|LOOPBACK|RUNNING
+    except OSError:
+        pass  # loopback stays down: still no network
+    return None

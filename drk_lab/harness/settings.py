@@ -23,6 +23,7 @@ class HarnessSettings:
     lock_log: str | None = None  # a JSONL file: every GPU-lock hold (bench/lock_report.py reads it)
     reuse_log: str | None = None  # a JSONL file: why each warm worker retired
     cache_dir: str | None = None  # baselines, copy bandwidth, Triton's cache; None: ~/.cache/drk_lab
+    scratch_bytes: int = 1 << 30  # a worker's largest file (RLIMIT_FSIZE), and the most a job's folder may hold
 
     @classmethod
     def from_environment(cls, env=None) -> HarnessSettings:

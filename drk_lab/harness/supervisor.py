@@ -18,7 +18,7 @@ import time
 
 from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
-from drk_lab.harness.processes import kill_tree, leftover_processes, rss_bytes
+from drk_lab.harness.processes import folder_bytes, kill_tree, leftover_processes, rss_bytes
 from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, encode, new_key, pop_message
 from drk_lab.harness.settings import current
 
@@ -77,6 +77,7 @@ class WorkerWatch:
         started = stage_started = time.monotonic()
         waited = 0.0  # seconds spent waiting for the timing lock
         open_fds = {self.status_r, self.out_r}
+        scratch, next_scratch_check = current().scratch_bytes, started + 1.0
         while result is None and failure is None:
             now = time.monotonic()
             limit = job.stage_limit(stage)
@@ -90,6 +91,11 @@ class WorkerWatch:
             elif rss_bytes(self.pid) > job.host_memory_bytes:
                 failure = ("oom", f"host memory use passed the {job.host_memory_bytes / 2**30:.1f} GiB limit "
                                   f"(in stage '{stage}')")
+            elif scratch and now > next_scratch_check and job.workdir:  # once a second: a walk costs
+                next_scratch_check = now + 1.0
+                if folder_bytes(job.workdir) > scratch:
+                    failure = ("oom", f"the job's folder passed its {scratch / 2**20:.0f} MiB limit on files "
+                                      f"(in stage '{stage}')")
             if failure:
                 break
             if not open_fds:

@@ -23,6 +23,7 @@ import sys
 from contextlib import nullcontext
 
 from drk_lab.harness.devices import gpu_index
+from drk_lab.harness import processes
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.protocol import REUSABLE_OUTCOMES, Job, RawResult, read_line, signed
 from drk_lab.harness.reuse import WorldState
@@ -61,6 +62,8 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
     kept = False
     try:
         result = JobRunner(job, report, lock).run()  # the runner, and with it the candidate, is gone after this
+        if processes.network_note:
+            result.notes.append(processes.network_note)
         if hold:
             lock.label = "after_result"
             lock.acquire(exclusive=False)

@@ -22,6 +22,7 @@ import sys
 from drk_lab.harness.devices import gpu_index, gpu_name
 from drk_lab.harness.models import versions
 from drk_lab.harness.processes import enter_worker, set_parent_death_signal, set_subreaper
+from drk_lab.harness.settings import current
 from drk_lab.harness.supervisor import serve_one
 
 
@@ -94,7 +95,7 @@ def fork_pair(listener: socket.socket, news_r: int, news_w: int, device: str, lo
                 for fd in (status_r, out_r, job_w, news_w):
                     os.close(fd)
                 set_parent_death_signal()
-                enter_worker(out_w)
+                enter_worker(out_w, current().scratch_bytes)
                 run_worker(job_r, status_w, device, lock_dir, profiler, uses)
             finally:
                 os._exit(70)

@@ -1,0 +1,185 @@
+"""The service on GPUs: its throughput against in-process evaluate_many on the same candidates, and, on a
+machine with several GPUs, one Ray actor per GPU (per-GPU and total throughput, one kernel's timing on each).
+
+    OUT=out python bench/service_gpu.py                       # both phases (multi_gpu skips on one GPU)
+    OUT=out python bench/service_gpu.py throughput --copies 2 --in-flight 8
+    OUT=out python bench/service_gpu.py multi_gpu
+
+throughput: the built-in suite's solutions (all levels, full size, timing and profiling on) plus `--copies`
+fresh variants of each (a unique comment in every kernel body: never seen by Triton's cache, as a model's
+new answer would be). Baselines are measured first, so no phase pays for them. Then, each on its own fresh
+variants of the same solutions: (1) drk.evaluate_many in this process, `--in-flight` at once; (2) the same
+through `drk serve --pool local --slots N` on 127.0.0.1 (HTTP, store, job table); (3) through
+`drk serve --pool ray` (one actor per GPU); (4) pass (2)'s candidates again: all answered from the store.
+multi_gpu: RayPool on every GPU; each actor gets an equal share of fresh candidates; per-GPU
+evaluations/s, the total, and one solution (softmax, layernorm) timed on each GPU (median runtime per GPU
+and the spread across GPUs). Writes $OUT/service_gpu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_speed import fresh_kernel  # noqa: E402  the same fresh variants as the other benchmarks
+
+import drk_lab as drk  # noqa: E402
+from drk_lab.service.client import ServiceClient  # noqa: E402
+
+OUT = Path(os.environ.get("OUT", "bench_out"))
+TOKEN = "gpu-bench-token-" + os.urandom(8).hex()
+OPTIONS = {"timing_trials": 100, "correctness_trials": 5}
+
+
+def solutions() -> list[tuple]:
+    return [(t, drk.builtin_solution(t)) for t in drk.builtin_tasks()]
+
+
+def fresh(pairs: list[tuple], copies: int) -> list[tuple]:
+    return [(task, fresh_kernel(code)) for task, code in pairs for _ in range(copies)]
+
+
+def summary(results: list, wall: float) -> dict:
+    return {"evaluations": len(results), "wall_s": round(wall, 2), "evaluations_per_s": round(len(results) / wall, 3),
+            "correct": sum(r.correct for r in results), "hacked": sum(r.hacked for r in results),
+            "errors": sorted({r.error_kind for r in results if r.error_kind}),
+            "median_speedup": statistics.median([r.speedup for r in results if r.speedup] or [0])}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(*args: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    store = os.path.join(tempfile.mkdtemp(prefix="drk_gpu_bench_"), "store.sqlite")
+    proc = subprocess.Popen([sys.executable, "-m", "drk_lab.cli", "serve", "--port", str(port), "--store", store, *args],
+                            env={**os.environ, "DRK_SERVICE_TOKEN": TOKEN}, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise SystemExit(f"drk serve {' '.join(args)} exited during start-up")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.5)
+    raise SystemExit("the server did not come up in 10 minutes")
+
+
+def through_service(pairs: list[tuple], warm: tuple, *args: str, again: bool = False) -> dict:
+    """The pairs through a fresh `drk serve ARGS`, after one warm-up request (`warm`, evaluated in the
+    warm-up pass already: its baseline is cached), so that neither side pays for starting its workers."""
+    proc, url = start_server(*args)
+    client = ServiceClient(url, token=TOKEN, timeout_s=600)
+    try:
+        client.evaluate(*warm, **OPTIONS)
+        t0 = time.monotonic()
+        results = client.evaluate_many(pairs, **OPTIONS)
+        out = summary(results, time.monotonic() - t0)
+        if again:
+            t0 = time.monotonic()
+            repeat = client.evaluate_many(pairs, **OPTIONS)
+            out["again_from_store"] = summary(repeat, time.monotonic() - t0)
+        out["workers"] = client.workers()
+        return out
+    finally:
+        client.close()
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+
+
+def phase_throughput(copies: int, in_flight: int) -> dict:
+    base = solutions()
+    print("baselines and warm-up: every solution once", flush=True)
+    warm = drk.evaluate_many(base, max_in_flight=in_flight, **OPTIONS)
+    report = {"candidates_per_pass": len(base) * copies, "in_flight": in_flight,
+              "warm_up": summary(warm, 1.0) | {"wall_s": None, "evaluations_per_s": None}}
+    t0 = time.monotonic()
+    local = drk.evaluate_many(fresh(base, copies), max_in_flight=in_flight, **OPTIONS)
+    report["in_process_evaluate_many"] = summary(local, time.monotonic() - t0)
+    drk.shutdown()  # the GPU's worker pools belong to the server from here
+    report["service_local_pool"] = through_service(fresh(base, copies), base[0], "--pool", "local", "--slots",
+                                                   str(in_flight), again=True)
+    report["service_ray_pool"] = through_service(fresh(base, copies), base[0], "--pool", "ray", "--slots", str(in_flight))
+    return report
+
+
+def phase_multi_gpu(copies: int, in_flight: int) -> dict:
+    import ray
+
+    from drk_lab.service.ray_pool import RayPool
+
+    gpus = torch.cuda.device_count()
+    if gpus < 2:
+        return {"skipped": f"{gpus} GPU(s): one Ray actor per GPU needs several"}
+    pool = RayPool(device="cuda", slots=in_flight)
+    base = solutions()
+    pool.evaluate_many(base, **OPTIONS)  # baselines on every GPU (each actor measures its own)
+    for actor in pool.actors:  # and on every GPU, not only the ones the first pass reached
+        ray.get([actor.evaluate.remote(t.to_dict(), c, OPTIONS) for t, c in base[:3]])
+    share = fresh(base, copies)
+    per_gpu = {}
+
+    def run_on(index: int) -> None:
+        actor = pool.actors[index]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(in_flight) as threads:
+            results = [drk.EvalResult.from_dict(d) for d in threads.map(
+                lambda pair: ray.get(actor.evaluate.remote(pair[0].to_dict(), fresh_kernel(pair[1]), OPTIONS)), share)]
+        per_gpu[index] = {**pool.infos[index], **summary(results, time.monotonic() - t0)}
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(pool.actors)) as actors:
+        list(actors.map(run_on, range(len(pool.actors))))
+    total_wall = time.monotonic() - t0
+    same_kernel = {}
+    for name in ("08_softmax", "10_layernorm"):
+        task = next(t for t in drk.builtin_tasks(level=1) if t.name == name)
+        code = drk.builtin_solution(task)
+        runs = ray.get([a.evaluate.remote(task.to_dict(), code, {"timing_trials": 200}) for a in pool.actors])
+        times = [r["runtime_ms"] for r in runs]
+        same_kernel[name] = {"runtime_ms_per_gpu": times, "gpus": [i["gpu"] for i in pool.infos],
+                             "spread_pct": round(100 * (max(times) - min(times)) / min(times), 2) if all(times) else None}
+    pool.close()
+    return {"gpus": gpus, "actors": len(per_gpu), "per_gpu": list(per_gpu.values()),
+            "total": {"evaluations": len(share) * len(per_gpu), "wall_s": round(total_wall, 2),
+                      "evaluations_per_s": round(len(share) * len(per_gpu) / total_wall, 3)},
+            "same_kernel_each_gpu": same_kernel}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("phases", nargs="*", default=["throughput", "multi_gpu"])
+    parser.add_argument("--copies", type=int, default=2, help="fresh variants of each solution per pass")
+    parser.add_argument("--in-flight", type=int, default=8, help="evaluations at once (per GPU)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/service_gpu.py needs a CUDA GPU (bench/service_load.py is the CPU load test)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    report = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(0), "options": OPTIONS}
+    for phase in args.phases:
+        print(f"== {phase}", flush=True)
+        report[phase] = {"throughput": phase_throughput, "multi_gpu": phase_multi_gpu}[phase](args.copies, args.in_flight)
+        (OUT / "service_gpu.json").write_text(json.dumps(report, indent=1, default=str))
+    print(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
