@@ -1,4 +1,4 @@
-"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks.
+"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, data.
 
     drk eval TASK_FILE CODE_FILE [--small | --full-size] [--sizes N=V,...] [--json]   one candidate, one task
     drk eval --tasks builtin:1 --policy evolve --turns 10                              a policy over a task set
@@ -287,6 +287,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     t = sub.add_parser("tasks", help="list tasks: the built-in suite or a folder (broken files are reported)")
     t.add_argument("folder", nargs="?", default=None)
+    from drk_lab.data.command import add_parser as add_data_parser
+
+    add_data_parser(sub)
     return parser, e
 
 
@@ -302,6 +305,13 @@ def run_command(args, eval_parser) -> int:
         if args.files or not args.policy:
             eval_parser.error("eval takes TASK_FILE CODE_FILE, or --policy KIND[:ARG] (with --tasks ...)")
         return run_policy(args)
+    if args.command == "data":
+        from drk_lab.data.command import DataUsageError, run as run_data
+
+        try:
+            return run_data(args)
+        except DataUsageError as e:
+            raise UsageError(str(e)) from None
     return list_tasks(args.folder)
 
 
