@@ -159,7 +159,10 @@ def validate(spec: TaskSpec) -> Task:
     except TaskError as e:
         raise InvalidTask(f"does not build at full size: {e}") from None
     small = task.small().source
-    first, second = _run_small(small, 1), _run_small(small, 2)
+    try:
+        first, second = _run_small(small, 1), _run_small(small, 2)
+    except Exception as e:  # a task is trusted code; any error means this spec is unusable
+        raise InvalidTask(f"does not run at small size: {type(e).__name__}: {str(e)[:200]}") from None
     values = first.double()
     if not bool(values.isfinite().all()):
         raise InvalidTask("the output is not finite")
