@@ -32,6 +32,7 @@ ALLOWED = {
     "drk_lab.policies": {"drk_lab.agent", "drk_lab.harness"},
     "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
     "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
+    "drk_lab.data": {"drk_lab.agent", "drk_lab.harness", "drk_lab.policies", "drk_lab.rl"},
 }
 
 
