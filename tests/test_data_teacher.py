@@ -12,7 +12,8 @@ from drk_lab.data.export import rl_row
 from drk_lab.data.generator import validate
 from drk_lab.data.spec import TaskSpec
 from drk_lab.data.teacher import answer, solution
-from drk_lab.data.trajectories import kept_turns, run_teacher, sft_rows
+from drk_lab.data.trajectories import (done_tasks, kept_turns, read_trajectories, run_teacher, sft_rows,
+                                       trajectory_files)
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import task_from_row
 
@@ -76,6 +77,17 @@ def test_a_two_turn_trajectory_carries_kernel_envs_feedback(tmp_path, small_task
         assert "triton" in row["harness_version"]
     again = run_teacher(items, tmp_path, turns=2, jobs=2, progress=False, device="cpu")  # resumes: nothing to do
     assert again["skipped_done"] == 2 and again["run"] == 0
+
+
+def test_a_run_spread_over_several_devices_writes_one_file_each(tmp_path, small_tasks):
+    items = [(SPECS[k], small_tasks[k]) for k in ("elementwise", "normalisation", "matmul_chain")]
+    stats = run_teacher(items, tmp_path, turns=1, jobs=1, progress=False, devices=["cpu", "cpu"], correctness_trials=1)
+    assert stats["run"] == 3
+    files = trajectory_files(tmp_path)
+    assert [f.name for f in files] == ["trajectories-0.jsonl", "trajectories-1.jsonl"]
+    assert [len(read_jsonl(f)) for f in files] == [2, 1]
+    assert sorted(t.task for t in read_trajectories(tmp_path)) == sorted(t.name for _, t in items)
+    assert done_tasks(tmp_path) == {t.name for _, t in items}
 
 
 def test_sft_rows_keep_only_correct_unflagged_turns_and_end_at_the_fastest():

@@ -48,7 +48,8 @@ def add_parser(sub) -> None:
     s.add_argument("--trajectories", type=_positive, default=1000, help="trajectories (one per task, in file order)")
     s.add_argument("--turns", type=_positive, default=3)
     s.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N; the CPU runs small sizes")
-    s.add_argument("--jobs", type=_positive, default=16, help="evaluations in flight")
+    s.add_argument("--jobs", type=_positive, default=16, help="evaluations in flight (on each GPU)")
+    s.add_argument("--gpus", type=_positive, default=1, help="spread the trajectories over GPUs cuda:0..N-1")
     s.add_argument("--time-limit", type=float, default=None, help="seconds: start no batch that would end later")
     s.add_argument("--batch", type=_positive, default=None, help="trajectories per batch (default 4 x --jobs)")
     s.add_argument("--trials", type=_positive, default=5, help="correctness trials per evaluation")
@@ -118,8 +119,7 @@ def write_rl(args, out: Path) -> int:
 
 
 def write_sft(args) -> int:
-    from drk_lab.agent.trajectory import read_jsonl
-    from drk_lab.data.trajectories import run_teacher, sft_rows, summarize
+    from drk_lab.data.trajectories import read_trajectories, run_teacher, sft_rows, summarize
     from drk_lab.harness.devices import resolve_device
     from drk_lab.harness.task import TaskError
 
@@ -127,6 +127,13 @@ def write_sft(args) -> int:
         device = resolve_device(args.device)
     except ValueError as e:
         raise DataUsageError(f"--device {args.device}: {str(e).partition(': ')[2] or e}") from None
+    devices = None
+    if args.gpus > 1:
+        import torch
+
+        if device == "cpu" or torch.cuda.device_count() < args.gpus:
+            raise DataUsageError(f"--gpus {args.gpus}: this machine has {torch.cuda.device_count()} CUDA GPUs")
+        devices = [f"cuda:{i}" for i in range(args.gpus)]
     try:
         loaded = read_rl_tasks(args.tasks, split=None if args.split == "all" else args.split)
     except (DataFileError, TaskError) as e:
@@ -140,14 +147,17 @@ def write_sft(args) -> int:
     # the CPU runs the interpreter at the tasks' SMALL_SIZES; a GPU runs the full sizes
     items = [(spec, task.small() if device == "cpu" else task) for spec, task, _ in loaded]
     stats = run_teacher(items, out, turns=args.turns, jobs=args.jobs, time_limit=args.time_limit, batch=args.batch,
-                        device=device, correctness_trials=args.trials, timing_trials=args.timing_trials)
+                        device=device, devices=devices, correctness_trials=args.trials, timing_trials=args.timing_trials)
     specs = {task.name: spec for spec, task in items}
     splits = {task.name: row["split"] for _, task, row in loaded}
-    trajectories = [t for t in read_jsonl(out / "trajectories.jsonl") if t.task in specs]
+    trajectories = [t for t in read_trajectories(out) if t.task in specs]
     rows = sft_rows(trajectories, specs, splits)
     if rows:
-        write_rows(rows, out / "sft.parquet")
         write_rows(rows, out / "sft.jsonl.gz")
+        try:
+            write_rows(rows, out / "sft.parquet")
+        except ImportError:  # pyarrow missing: the JSONL has the same rows; rerun here to make the parquet
+            print("no pyarrow: wrote sft.jsonl.gz only", file=sys.stderr)
     summary = {"device": device, "trajectories": len(trajectories), "sft_rows": len(rows), "run": stats,
                "by_level": summarize(trajectories, specs)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -1,13 +1,13 @@
 """Teacher trajectories through KernelEnv, and the SFT rows made from them.
 
     stats = run_teacher(items, "out/sft", turns=3, device="cuda", jobs=16, time_limit=540)
-    rows = sft_rows(read_jsonl("out/sft/trajectories.jsonl"), specs)
+    rows = sft_rows(read_trajectories("out/sft"), specs)
 
 The teacher is a Policy (TeacherPolicy): asked for turn t of a task's episode, it answers with the
 teacher's turn-t reply. The episodes run on the one episode driver (agent/episodes.run_many), so every
 turn is evaluated by the harness, `jobs` evaluations in flight across trajectories, turn by turn, and
 each user message between turns is exactly KernelEnv's feedback. Finished trajectories are appended
-to trajectories.jsonl as they end; a rerun skips the tasks already there, and `time_limit` stops
+to trajectories.jsonl as they end (one file per GPU with several); a rerun skips the tasks already there, and `time_limit` stops
 starting new batches once the next batch would not finish in time, so a cut-short run keeps its work.
 
 The SFT rule: an assistant turn is kept only if it is correct and not flagged; a trajectory keeps its
@@ -48,10 +48,15 @@ class TeacherPolicy:
         return out
 
 
-def done_tasks(path: Path) -> set[str]:
-    """Task names of the trajectories already in a JSONL file (a torn last line is ignored)."""
+def trajectory_files(out_dir) -> list[Path]:
+    """The JSONL files of a run folder: trajectories.jsonl, and one per GPU when spread over several."""
+    return sorted(Path(out_dir).glob("trajectories*.jsonl"))
+
+
+def done_tasks(out_dir) -> set[str]:
+    """Task names of the trajectories already in a run folder (a torn last line is ignored)."""
     names = set()
-    if path.is_file():
+    for path in trajectory_files(out_dir):
         for line in path.read_text().splitlines():
             try:
                 names.add(json.loads(line)["task"])
@@ -60,42 +65,71 @@ def done_tasks(path: Path) -> set[str]:
     return names
 
 
+def read_trajectories(out_dir) -> list:
+    """Every complete trajectory of a run folder."""
+    from drk_lab.agent.trajectory import Trajectory
+
+    out = []
+    for path in trajectory_files(out_dir):
+        for line in path.read_text().splitlines():
+            try:
+                out.append(Trajectory.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line torn by a run that was killed
+    return out
+
+
 def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3, jobs: int = 16,
                 time_limit: float | None = None, batch: int | None = None, progress: bool = True,
-                **eval_kwargs) -> dict:
+                devices: list[str] | None = None, **eval_kwargs) -> dict:
     """Teacher episodes for (spec, task) pairs, appended to out_dir/trajectories.jsonl (module docstring).
-    eval_kwargs go to the harness (device, timing_trials, correctness_trials, ...). Returns counts and
-    seconds."""
+    devices: several GPUs ("cuda:0", "cuda:1", ...): each batch is dealt out round-robin, `jobs` evaluations
+    in flight on each, one JSONL file per GPU. eval_kwargs go to the harness (device, timing_trials,
+    correctness_trials, ...). Returns counts and seconds."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from drk_lab.agent.context import episode_schedule
     from drk_lab.agent.episodes import run_many
 
     started = time.monotonic()
-    path = Path(out_dir) / "trajectories.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    done = done_tasks(path)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = done_tasks(out_dir)
     todo = [(spec, task) for spec, task in items if task.name not in done]
-    size = batch or max(1, 4 * jobs)
+    device = eval_kwargs.pop("device", None)
+    if devices and len(devices) > 1:
+        lanes = [(d, out_dir / f"trajectories-{i}.jsonl") for i, d in enumerate(devices)]
+    else:
+        lanes = [(devices[0] if devices else device, out_dir / "trajectories.jsonl")]
+    size = batch or max(1, 4 * jobs * len(lanes))
     stats = {"skipped_done": len(items) - len(todo), "run": 0, "stopped_at_time_limit": False}
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="trajectories", unit="traj")
+
+    def lane(index: int, chunk: list) -> None:
+        device, path = lanes[index]
+        mine = chunk[index::len(lanes)]
+        if mine:
+            policy = TeacherPolicy({initial_prompt(task): spec for spec, task in mine})
+            run_many([task for _, task in mine], policy, episode_schedule(turns), max_workers=jobs,
+                     progress=False, jsonl_path=path, device=device, **eval_kwargs)
+
     last = 0.0
-    for start in range(0, len(todo), size):
-        elapsed = time.monotonic() - started
-        if time_limit is not None and elapsed + last > time_limit:
-            stats["stopped_at_time_limit"] = True
-            break
-        chunk = todo[start:start + size]
-        policy = TeacherPolicy({initial_prompt(task): spec for spec, task in chunk})
-        begun = time.monotonic()
-        run_many([task for _, task in chunk], policy, episode_schedule(turns), max_workers=jobs,
-                 progress=False, jsonl_path=path, **eval_kwargs)
-        last = time.monotonic() - begun
-        stats["run"] += len(chunk)
-        if bar is not None:
-            bar.update(len(chunk))
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        for start in range(0, len(todo), size):
+            if time_limit is not None and time.monotonic() - started + last > time_limit:
+                stats["stopped_at_time_limit"] = True
+                break
+            chunk = todo[start:start + size]
+            begun = time.monotonic()
+            list(pool.map(lambda i: lane(i, chunk), range(len(lanes))))
+            last = time.monotonic() - begun
+            stats["run"] += len(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
     if bar is not None:
         bar.close()
     stats["seconds"] = round(time.monotonic() - started, 1)
