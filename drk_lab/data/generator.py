@@ -6,7 +6,7 @@ Level 1: one operator alone (an activation, a row normalisation or reduction, a 
 Level 2: a linear layer or conv followed by 1-3 pointwise, bias or residual steps, and for a linear
 layer sometimes a row operator at the end.
 
-Full sizes are large enough for meaningful GPU timings (an input of 8 MB or more, up to 2^36 FLOPs);
+Full sizes are large enough for meaningful GPU timings (an input of 8 MB or more (64 MB or more for pointwise and row tasks at fp32), up to 2^36 FLOPs);
 small sizes (SMALL_SIZES) keep a call under a few thousand elements for the interpreter. A candidate
 task is kept when (validate):
 - the module runs on the meta device at full size (task_from_source) and on the CPU at small size;
@@ -68,7 +68,7 @@ def sample_chain(rng: random.Random, head: str) -> tuple[str, ...]:
 def _none_sizes(rng: random.Random, row: bool, dtype: str):
     dim = rng.choice((512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192) if row else
                      (1024, 2048, 4096, 8192, 16384, 3072, 12288))
-    total = rng.choice((2 ** 23, 2 ** 24, 2 ** 25, 2 ** 26))
+    total = rng.choice((2 ** 24, 2 ** 25, 2 ** 26, 2 ** 27))
     total = max(total, MIN_INPUT_BYTES // BYTES[dtype])
     rows = max(16, total // dim)
     small_dim = rng.choice((37, 48, 64, 80, 100, 130) if row else (53, 96, 128, 200))

@@ -83,17 +83,15 @@ def chain_kernel(x_ptr, {"".join(b + ", " for b in biases)}y_ptr, n, C, INNER, B
 
 
 # -- row operators ---------------------------------------------------------------------------------
-def _finish(op: str, rounding: bool) -> list[str]:
+def _finish(op: str) -> list[str]:
     """From the row statistics to the stored values `v` (x: the row's values, fp32)."""
-    rnd = [f"v = v.to({OUT}).to(tl.float32)"] if rounding else []
     return {
         "softmax": ["v = tl.exp(x - m) / s"],
         "log_softmax": ["v = x - m - tl.log(s)"],
         "layernorm": ["w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)",
                       "b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)",
                       "v = (x - mean) * rstd * w + b"],
-        "rmsnorm": ["w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)",
-                    "v = x * rstd"] + rnd + ["v = v * w"],
+        "rmsnorm": ["w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)", "v = x * rstd * w"],
         "l2norm": ["v = x / tl.maximum(tl.sqrt(ss), 1e-12)"],
     }[op]
 
@@ -150,7 +148,6 @@ def _stats_chunked(op: str) -> list[str]:
 def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
     """The row operator over a (rows, N) view of `src`; `dst` gets the operator's output shape."""
     op = spec.row_op
-    rounding = spec.dtype != "float32"
     reduces = op in ("sum", "mean", "amax", "logsumexp")
     params = {"layernorm": "w_ptr, b_ptr, ", "rmsnorm": "w_ptr, "}.get(op, "")
     lines = ["row = tl.program_id(0).to(tl.int64)", "x_row = x_ptr + row * N", "offs = tl.arange(0, BLOCK)"]
@@ -161,7 +158,7 @@ def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
         else:
             lines += ["for start in range(0, N, BLOCK):", "    cols = start + offs", "    mask = cols < N",
                       "    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)"]
-            lines += ["    " + line for line in _finish(op, rounding)]
+            lines += ["    " + line for line in _finish(op)]
             lines.append(f"    tl.store(y_ptr + row * N + cols, v.to({OUT}), mask=mask)")
     else:
         lines += ["cols = offs", "mask = cols < N", "x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)"]
@@ -169,7 +166,7 @@ def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
         if reduces:
             lines.append(f"tl.store(y_ptr + row, r.to({OUT}))")
         else:
-            lines += _finish(op, rounding) + [f"tl.store(y_ptr + row * N + cols, v.to({OUT}), mask=mask)"]
+            lines += _finish(op) + [f"tl.store(y_ptr + row * N + cols, v.to({OUT}), mask=mask)"]
     head = ""
     if style == "autotune":
         head = configs("ROW_CONFIGS", [({}, 8), ({}, 4), ({}, 16)]) + '\n\n@triton.autotune(configs=ROW_CONFIGS, key=["N"])'

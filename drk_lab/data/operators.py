@@ -60,8 +60,8 @@ ROW = {
     "log_softmax": Op("log_softmax", "row", "y = torch.log_softmax(y, dim=-1)", describe="log-softmax over the last dim"),
     "layernorm": Op("layernorm", "row", "y = self.norm(y)", describe="LayerNorm over the last dim"),
     "rmsnorm": Op("rmsnorm", "row",
-                  "y = (y.float() * torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(y.dtype) "
-                  "* self.norm_weight", describe="RMSNorm over the last dim"),
+                  "y = (y.float() * torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-6) "
+                  "* self.norm_weight.float()).to(y.dtype)", describe="RMSNorm over the last dim"),
     "l2norm": Op("l2norm", "row", "y = F.normalize(y, dim=-1)", describe="L2-normalise the last dim"),
     "sum": Op("sum", "row", "y = torch.sum(y, dim=-1, keepdim=True)", describe="sum over the last dim"),
     "mean": Op("mean", "row", "y = torch.mean(y, dim=-1, keepdim=True)", describe="mean over the last dim"),
