@@ -67,7 +67,9 @@ def test_sft_command_makes_rows_the_sft_code_loads(rl_dir, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["by_level"]["all"]["correct_share"] == 1.0 and summary["sft_rows"] == 2
     again = drk(*args, cwd=tmp_path)  # resumes: both trajectories are there already
-    assert again.returncode == 0 and json.loads(again.stdout)["run"]["skipped_done"] == 2
+    assert again.returncode == 0 and "(0 run now, 2 already there" in again.stdout
+    assert json.loads((out / "summary.json").read_text())["run"]["skipped_done"] == 2
+    assert "| all | 2 | 100.0% | 100%, 100% | 0 | - |" in proc.stdout  # CPU: correct, nothing timed
 
 
 def test_write_rows_names_an_unknown_suffix(tmp_path):

@@ -119,7 +119,7 @@ def write_rl(args, out: Path) -> int:
 
 
 def write_sft(args) -> int:
-    from drk_lab.data.trajectories import read_trajectories, run_teacher, sft_rows, summarize
+    from drk_lab.data.trajectories import read_trajectories, run_teacher, sft_rows, summarize, summary_table
     from drk_lab.harness.devices import resolve_device
     from drk_lab.harness.task import TaskError
 
@@ -161,5 +161,8 @@ def write_sft(args) -> int:
     summary = {"device": device, "trajectories": len(trajectories), "sft_rows": len(rows), "run": stats,
                "by_level": summarize(trajectories, specs)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(json.dumps(summary, indent=1))
+    print(summary_table(summary["by_level"]))
+    print(f"{len(trajectories)} trajectories ({stats['run']} run now, {stats['skipped_done']} already there"
+          f"{', stopped at the time limit' if stats['stopped_at_time_limit'] else ''}; {stats['seconds']} s), "
+          f"{len(rows)} SFT rows; {out}/summary.json")
     return 0

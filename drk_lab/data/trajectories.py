@@ -218,3 +218,18 @@ def summarize(trajectories, specs: dict[str, TaskSpec]) -> dict:
             "best_speedup": _quantiles(best),
         }
     return out
+
+
+def summary_table(by_level: dict) -> str:
+    """summarize()'s result as a markdown table (the card and BENCHMARKS.md use it)."""
+    head = ("| level | trajectories | teacher correct | correct by turn | timed | best speedup p10 / p25 / p50 / p75 / p90 "
+            "| geomean | share >= 1x |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for level, s in by_level.items():
+        q = s["best_speedup"]
+        quantiles = " / ".join(f"{q[k]:.2f}" for k in ("p10", "p25", "p50", "p75", "p90")) if q else "-"
+        per_turn = ", ".join(f"{100 * x:.0f}%" for x in s["correct_share_per_turn"])
+        faster = f"{100 * q['share_ge_1']:.0f}%" if q else "-"
+        lines.append(f"| {level} | {s['trajectories']} | {100 * s['correct_share']:.1f}% | {per_turn} | {s['timed']} | "
+                     f"{quantiles} | {q.get('geomean', '-')} | {faster} |")
+    return "\n".join(lines)
