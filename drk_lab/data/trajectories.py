@@ -66,16 +66,20 @@ def done_tasks(out_dir) -> set[str]:
 
 
 def read_trajectories(out_dir) -> list:
-    """Every complete trajectory of a run folder."""
+    """Every complete trajectory of a run folder, the first of each task where one appears twice (a folder
+    restored from an earlier run's combined file beside that run's own files)."""
     from drk_lab.agent.trajectory import Trajectory
 
-    out = []
+    out, seen = [], set()
     for path in trajectory_files(out_dir):
         for line in path.read_text().splitlines():
             try:
-                out.append(Trajectory.from_dict(json.loads(line)))
+                traj = Trajectory.from_dict(json.loads(line))
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line torn by a run that was killed
+            if traj.task not in seen:
+                seen.add(traj.task)
+                out.append(traj)
     return out
 
 
