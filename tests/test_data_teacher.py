@@ -6,7 +6,7 @@ import pytest
 
 import drk_lab as drk
 from drk_lab.agent.env import KernelEnv
-from drk_lab.agent.feedback import format_feedback
+from drk_lab.agent.feedback import evaluation_sections, format_feedback
 from drk_lab.agent.trajectory import read_jsonl
 from drk_lab.data.export import rl_row
 from drk_lab.data.generator import validate
@@ -68,9 +68,13 @@ def test_a_two_turn_trajectory_carries_kernel_envs_feedback(tmp_path, small_task
         env = KernelEnv(task, max_turns=2, device="cpu", correctness_trials=2)
         assert env.reset() == traj.prompt == row["messages"][0]["content"]
         feedback, _, done, info = env.step(answer(spec, 1))
-        assert not done and info["result"].ok
-        assert traj.turns[0].feedback == feedback == row["messages"][2]["content"]
-        assert feedback == format_feedback(traj.turns[0].result, request=True)
+        assert not done and info["result"].ok and feedback == format_feedback(info["result"], request=True)
+        # the row's user message is the feedback KernelEnv gave in the run, and that is its text for the result
+        assert traj.turns[0].feedback == row["messages"][2]["content"]
+        assert traj.turns[0].feedback == format_feedback(traj.turns[0].result, request=True)
+        # a fresh evaluation of the same reply says the same; what a worker printed may differ (torch 2.13 warns
+        # once per fresh worker inside the harness), so that part is left out of this comparison
+        assert evaluation_sections(info["result"])[0] == evaluation_sections(traj.turns[0].result)[0]
         assert [m["role"] for m in row["messages"]] == ["user", "assistant", "user", "assistant"]
         assert row["messages"][3]["content"] == answer(spec, 2)
         assert row["best_round"] == 2 and row["ops"] == spec.ops and row["level"] == spec.level
