@@ -50,12 +50,19 @@ def test_rl_prompt_set_round_trips_and_feeds_the_rl_prompt_path(rl_dir):
     assert len(read_rl_tasks(rl_dir / "prompts.parquet", split="heldout")) == summary["by_split"]["heldout"]
 
 
-def test_sft_command_makes_rows_the_sft_code_loads(rl_dir, tmp_path):
-    out = tmp_path / "sft"
-    args = ("sft", "--tasks", str(rl_dir / "prompts.parquet"), "--trajectories", "2", "--turns", "2",
-            "--device", "cpu", "--jobs", "2", "--trials", "1", "--out", str(out))
-    proc = drk(*args, cwd=tmp_path)
+SFT_ARGS = ("--trajectories", "2", "--turns", "2", "--device", "cpu", "--jobs", "2", "--trials", "1")
+
+
+@pytest.fixture(scope="module")
+def sft_run(rl_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft") / "run"
+    proc = drk("sft", "--tasks", str(rl_dir / "prompts.parquet"), *SFT_ARGS, "--out", str(out), cwd=out.parent)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, proc
+
+
+def test_sft_command_makes_rows_the_sft_code_loads(rl_dir, sft_run):
+    out, proc = sft_run
     assert "2/2" in proc.stderr
     data = load_cold_start(out / "sft.parquet")
     assert len(data) == 2 and data[0]["messages"][-1]["role"] == "assistant"
@@ -66,10 +73,26 @@ def test_sft_command_makes_rows_the_sft_code_loads(rl_dir, tmp_path):
     assert read_rows(out / "sft.jsonl.gz")[0]["messages"] == data[0]["messages"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["by_level"]["all"]["correct_share"] == 1.0 and summary["sft_rows"] == 2
-    again = drk(*args, cwd=tmp_path)  # resumes: both trajectories are there already
-    assert again.returncode == 0 and "(0 run now, 2 already there" in again.stdout
-    assert json.loads((out / "summary.json").read_text())["run"]["skipped_done"] == 2
     assert "| all | 2 | 100.0% | 100%, 100% | 0 | - |" in proc.stdout  # CPU: correct, nothing timed
+    again = drk("sft", "--tasks", str(rl_dir / "prompts.parquet"), *SFT_ARGS, "--out", str(out), cwd=out.parent)
+    assert again.returncode == 0 and "(0 run now, 2 already there" in again.stdout  # resumed: nothing to do
+    assert json.loads((out / "summary.json").read_text())["run"]["skipped_done"] == 2
+
+
+def test_the_sft_trainer_takes_the_rows_and_trains_on_the_teachers_turns(sft_run, tmp_path):
+    pytest.importorskip("trl")
+    from drk_lab.rl.sft import run_sft
+    from drk_lab.tiny_model import make_tiny_model
+
+    data = load_cold_start(sft_run[0] / "sft.parquet")
+    run = run_sft(make_tiny_model(tmp_path / "tiny"), data, tmp_path / "out", max_length=16384, train=False)
+    batch = run.trainer.data_collator([run.trainer.train_dataset[i] for i in range(len(data))])
+    tokenizer = run.trainer.processing_class
+    for row, labels in zip(data, batch["labels"]):
+        trained = tokenizer.decode([t for t in labels.tolist() if t != -100])
+        # the teacher's two replies are what is learnt; the prompt and the feedback are not
+        assert "class ModelNew" in trained and trained.count("@triton.jit") >= 2
+        assert row["messages"][0]["content"][:200] not in trained and "CORRECT:" not in trained
 
 
 def test_write_rows_names_an_unknown_suffix(tmp_path):
