@@ -3,7 +3,7 @@
 Three kinds of operator follow a head (or the input itself, at level 1):
 - pointwise: y -> f(y), elementwise, any rank and dtype (relu, gelu_tanh, scale, clamp, ...);
 - channel: y -> y + a learned bias per feature (last dim after a linear, dim 1 after a conv);
-- residual: y -> y + h, where h is the head's output (the input at level 1);
+- residual: y -> y + h, where h is the head's output (level 2 only);
 - row: a normalisation or reduction over the last dim, only last in a chain and never after a conv.
 Heads: linear (x @ W^T + b) and conv (Conv2d with bias, stride 1, same padding).
 

@@ -112,8 +112,9 @@ def init_lines(spec: TaskSpec) -> list[str]:
 
 
 def forward_lines(spec: TaskSpec) -> list[str]:
-    head = {"linear": "h = self.linear(x)", "conv": "h = self.conv(x)"}.get(spec.head, "h = x")
-    return [head, "y = h"] + [torch_statement(step, i) for i, step in enumerate(spec.steps)] + ["return y"]
+    # the head's output stays in h for a residual step; without a head (level 1) the chain starts at x
+    start = {"linear": ["h = self.linear(x)", "y = h"], "conv": ["h = self.conv(x)", "y = h"]}.get(spec.head, ["y = x"])
+    return start + [torch_statement(step, i) for i, step in enumerate(spec.steps)] + ["return y"]
 
 
 def description(spec: TaskSpec) -> str:
@@ -126,7 +127,7 @@ def description(spec: TaskSpec) -> str:
 def render_source(spec: TaskSpec) -> str:
     dt = torch_dtype(spec.dtype)
     args = init_args(spec)
-    body = "\n".join("        " + line for line in init_lines(spec))
+    body = "".join("\n        " + line for line in init_lines(spec))
     forward = "\n".join("        " + line for line in forward_lines(spec))
     constants = "\n".join(f"{name} = {value}" for name, value in spec.sizes)
     if spec.head == "conv":
@@ -142,8 +143,7 @@ class Model(nn.Module):
     """{description(spec)}"""
 
     def __init__(self, {typed}):
-        super().__init__()
-{body}
+        super().__init__(){body}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
 {forward}

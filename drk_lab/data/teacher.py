@@ -24,7 +24,7 @@ PLANS = {
     "tuned": "The previous version was correct. Now tune it: {what}. Larger tiles and more warps keep more "
              "work in flight, and fusing the chain saves a round trip through global memory.",
     "autotune": "Next: let Triton pick the launch configuration. {what}, with @triton.autotune over a few "
-                "tile and warp configurations (keyed on the sizes) and contiguity hints so loads vectorise.",
+                "tile and warp configurations (keyed on the sizes){hints}.",
 }
 
 
@@ -70,7 +70,7 @@ def solution(spec: TaskSpec, turn: int) -> str:
     style = style_of(turn)
     kernels, forward, what = _pieces(spec, style)
     args = ", ".join(f"{a}: int" for a in init_args(spec))
-    init = "\n".join("        " + line for line in init_lines(spec))
+    init = "".join("\n        " + line for line in init_lines(spec))
     body = "\n".join("        " + line for line in forward)
     return f'''"""{what[0].upper() + what[1:]}."""
 import torch
@@ -78,12 +78,16 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-{"".join(k for k in kernels)}
+
+{"""
+
+
+""".join(k.strip() for k in kernels)}
+
 
 class ModelNew(nn.Module):
     def __init__(self, {args}):
-        super().__init__()
-{init}
+        super().__init__(){init}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
 {body}
@@ -94,5 +98,6 @@ def answer(spec: TaskSpec, turn: int) -> str:
     """The assistant's reply for `turn`: the plan in a sentence or two, then the module."""
     style = style_of(turn)
     what = _pieces(spec, style)[2]
-    plan = PLANS[style].format(what=what[0].upper() + what[1:] if style == "autotune" else what)
+    hints = " and contiguity hints so the elementwise loads vectorise" if spec.head is None and not spec.row_op else ""
+    plan = PLANS[style].format(what=what[0].upper() + what[1:] if style == "autotune" else what, hints=hints)
     return f"{plan}\n\n```python\n{solution(spec, turn)}```"
