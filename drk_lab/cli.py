@@ -1,4 +1,4 @@
-"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, baselines, serve.
+"""The `drk` command: quickstart, eval (one candidate file, or a policy over a task set), tasks, baselines, serve, data.
 
     drk eval TASK_FILE CODE_FILE [--small | --full-size] [--sizes N=V,...] [--json]   one candidate, one task
     drk eval --tasks builtin:1 --policy evolve --turns 10                              a policy over a task set
@@ -298,6 +298,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     s = sub.add_parser("serve", help="the evaluation service over HTTP (docs/service.md)")
     add_arguments(s)  # server.py imports only the standard library at module level
+
+    from drk_lab.data.command import add_parser as add_data_parser
+
+    add_data_parser(sub)
     return parser, e
 
 
@@ -331,6 +335,13 @@ def run_command(args, eval_parser) -> int:
         return fill_baselines(args)
     if args.command == "serve":
         return start_service(args)
+    if args.command == "data":
+        from drk_lab.data.command import DataUsageError, run as run_data
+
+        try:
+            return run_data(args)
+        except DataUsageError as e:
+            raise UsageError(str(e)) from None
     return list_tasks(args.folder)
 
 

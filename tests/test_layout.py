@@ -32,7 +32,7 @@ ALLOWED = {
     "drk_lab.policies": {"drk_lab.agent", "drk_lab.harness"},
     "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
     "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
-    "drk_lab.data": {"drk_lab.harness", "drk_lab.agent", "drk_lab.rl"},
+    "drk_lab.data": {"drk_lab.agent", "drk_lab.harness", "drk_lab.policies", "drk_lab.rl"},
     "drk_lab.integrations": {"drk_lab.rl", "drk_lab.agent", "drk_lab.harness"},
     # beside the harness: it runs the local evaluator; only drk_lab/__init__'s evaluate(backend=...) reaches it
     "drk_lab.service": {"drk_lab.harness", "drk_lab.hacks"},

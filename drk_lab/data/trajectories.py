@@ -1,0 +1,239 @@
+"""Teacher trajectories through KernelEnv, and the SFT rows made from them.
+
+    stats = run_teacher(items, "out/sft", turns=3, device="cuda", jobs=16, time_limit=540)
+    rows = sft_rows(read_trajectories("out/sft"), specs)
+
+The teacher is a Policy (TeacherPolicy): asked for turn t of a task's episode, it answers with the
+teacher's turn-t reply. The episodes run on the one episode driver (agent/episodes.run_many), so every
+turn is evaluated by the harness, `jobs` evaluations in flight across trajectories, turn by turn, and
+each user message between turns is exactly KernelEnv's feedback. Finished trajectories are appended
+to trajectories.jsonl as they end (one file per GPU with several); a rerun skips the tasks already there, and `time_limit` stops
+starting new batches once the next batch would not finish in time, so a cut-short run keeps its work.
+
+The SFT rule: an assistant turn is kept only if it is correct and not flagged; a trajectory keeps its
+turns up to the first one that is not (the feedback after a failed turn is about that turn), then,
+where speedups were measured, ends at its fastest kept turn (a slower turn stays only when a later
+turn recovers). Trajectories with no kept turn give no row.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from drk_lab.agent.prompts import initial_prompt
+from drk_lab.data.spec import TaskSpec
+from drk_lab.data.teacher import answer
+from drk_lab.policies.base import Completion
+
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+class TeacherPolicy:
+    """Answers turn t (1 + the assistant messages so far) of the conversation whose first user message is
+    a known task's prompt with answer(spec, t)."""
+
+    def __init__(self, specs_by_prompt: dict[str, TaskSpec]):
+        self.specs_by_prompt = specs_by_prompt
+
+    def generate(self, messages_batch: list[list[dict]], n: int = 1, **sampling) -> list[list[Completion]]:
+        out = []
+        for messages in messages_batch:
+            prompt = next(m["content"] for m in messages if m["role"] == "user")
+            turn = 1 + sum(m["role"] == "assistant" for m in messages)
+            out.append([Completion(answer(self.specs_by_prompt[prompt], turn)) for _ in range(n)])
+        return out
+
+
+def trajectory_files(out_dir) -> list[Path]:
+    """The JSONL files of a run folder: trajectories.jsonl, and one per GPU when spread over several."""
+    return sorted(Path(out_dir).glob("trajectories*.jsonl"))
+
+
+def done_tasks(out_dir) -> set[str]:
+    """Task names of the trajectories already in a run folder (a torn last line is ignored)."""
+    names = set()
+    for path in trajectory_files(out_dir):
+        for line in path.read_text().splitlines():
+            try:
+                names.add(json.loads(line)["task"])
+            except (json.JSONDecodeError, KeyError):
+                continue
+    return names
+
+
+def read_trajectories(out_dir) -> list:
+    """Every complete trajectory of a run folder, the first of each task where one appears twice (a folder
+    restored from an earlier run's combined file beside that run's own files)."""
+    from drk_lab.agent.trajectory import Trajectory
+
+    out, seen = [], set()
+    for path in trajectory_files(out_dir):
+        for line in path.read_text().splitlines():
+            try:
+                traj = Trajectory.from_dict(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line torn by a run that was killed
+            if traj.task not in seen:
+                seen.add(traj.task)
+                out.append(traj)
+    return out
+
+
+def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3, jobs: int = 16,
+                time_limit: float | None = None, batch: int | None = None, progress: bool = True,
+                devices: list[str] | None = None, **eval_kwargs) -> dict:
+    """Teacher episodes for (spec, task) pairs, appended to out_dir/trajectories.jsonl (module docstring).
+    devices: several GPUs ("cuda:0", "cuda:1", ...): each batch is dealt out round-robin, `jobs` evaluations
+    in flight on each, one JSONL file per GPU. eval_kwargs go to the harness (device, timing_trials,
+    correctness_trials, ...). Returns counts and seconds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from drk_lab.agent.context import episode_schedule
+    from drk_lab.agent.episodes import run_many
+
+    started = time.monotonic()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = done_tasks(out_dir)
+    todo = [(spec, task) for spec, task in items if task.name not in done]
+    device = eval_kwargs.pop("device", None)
+    if devices and len(devices) > 1:
+        lanes = [(d, out_dir / f"trajectories-{i}.jsonl") for i, d in enumerate(devices)]
+    else:
+        lanes = [(devices[0] if devices else device, out_dir / "trajectories.jsonl")]
+    size = batch or max(1, 4 * jobs * len(lanes))
+    stats = {"skipped_done": len(items) - len(todo), "run": 0, "stopped_at_time_limit": False}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="trajectories", unit="traj")
+
+    def lane(index: int, chunk: list) -> None:
+        device, path = lanes[index]
+        mine = chunk[index::len(lanes)]
+        if mine:
+            policy = TeacherPolicy({initial_prompt(task): spec for spec, task in mine})
+            run_many([task for _, task in mine], policy, episode_schedule(turns), max_workers=jobs,
+                     progress=False, jsonl_path=path, device=device, **eval_kwargs)
+
+    last = 0.0
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        for start in range(0, len(todo), size):
+            if time_limit is not None and time.monotonic() - started + last > time_limit:
+                stats["stopped_at_time_limit"] = True
+                break
+            chunk = todo[start:start + size]
+            begun = time.monotonic()
+            list(pool.map(lambda i: lane(i, chunk), range(len(lanes))))
+            last = time.monotonic() - begun
+            stats["run"] += len(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    stats["seconds"] = round(time.monotonic() - started, 1)
+    return stats
+
+
+def _speed(result) -> float | None:
+    return float(result.speedup) if result.ok and result.speedup is not None and result.timings_valid else None
+
+
+def kept_turns(traj) -> tuple[list, int]:
+    """(the turns an SFT row keeps, the 1-based best turn among them); ([], 0) when none is kept."""
+    kept = []
+    for turn in traj.turns:
+        if not turn.result.ok:
+            break
+        kept.append(turn)
+    if not kept:
+        return [], 0
+    speeds = [_speed(t.result) for t in kept]
+    if all(s is not None for s in speeds):
+        best = max(range(len(kept)), key=lambda i: (speeds[i], -i))
+        kept = kept[: best + 1]
+    return kept, len(kept)
+
+
+def harness_version(traj) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("drk_lab")
+    except PackageNotFoundError:
+        ours = "unknown"
+    versions = next((t.result.versions for t in traj.turns if t.result.versions), {})
+    return f"drk_lab {ours}; torch {versions.get('torch', '?')}; triton {versions.get('triton', '?')}"
+
+
+def sft_rows(trajectories, specs: dict[str, TaskSpec], splits: dict[str, str] | None = None) -> list[dict]:
+    """Cold-start rows (drk_lab.rl.sft's layout) plus: level, ops, combination, dtype, split, harness_version,
+    device, teacher turns evaluated and correct. `specs` maps task names to their TaskSpec."""
+    from drk_lab.rl.sft import trajectories_to_cold_start
+
+    rows = []
+    for traj in trajectories:
+        kept, best_round = kept_turns(traj)
+        if not kept:
+            continue
+        row = trajectories_to_cold_start([replace(traj, turns=kept)], start_uuid=len(rows))[0]
+        spec = specs[traj.task]
+        row.update({"best_round": best_round, "level": spec.level, "ops": spec.ops,
+                    "combination": spec.combination, "dtype": spec.dtype,
+                    "split": (splits or {}).get(traj.task, "train"), "harness_version": harness_version(traj),
+                    "device": kept[-1].result.device, "turns_evaluated": len(traj.turns),
+                    "turns_correct": sum(t.result.ok for t in traj.turns)})
+        rows.append(row)
+    return rows
+
+
+def _quantiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    values = sorted(values)
+    pick = {f"p{int(q * 100)}": values[min(len(values) - 1, int(q * len(values)))] for q in QUANTILES}
+    return {**{k: round(v, 3) for k, v in pick.items()}, "geomean": round(statistics.geometric_mean(values), 3),
+            "share_ge_1": round(sum(v >= 1.0 for v in values) / len(values), 3)}
+
+
+def summarize(trajectories, specs: dict[str, TaskSpec]) -> dict:
+    """Per level: trajectories, the share whose teacher reached a correct kernel (any turn), correct share
+    per turn, and the quantiles of the best measured speedup among correct turns."""
+    by_level: dict[str, list] = {}
+    for traj in trajectories:
+        by_level.setdefault(str(specs[traj.task].level), []).append(traj)
+    by_level["all"] = list(trajectories)
+    out = {}
+    for level, trajs in sorted(by_level.items()):
+        turns = max((len(t.turns) for t in trajs), default=0)
+        best = [max(s for s in map(_speed, (x.result for x in t.turns)) if s is not None) for t in trajs
+                if any(_speed(x.result) is not None for x in t.turns)]
+        out[level] = {
+            "trajectories": len(trajs),
+            "correct_share": round(sum(any(x.result.ok for x in t.turns) for t in trajs) / max(1, len(trajs)), 3),
+            "correct_share_per_turn": [round(sum(len(t.turns) > i and t.turns[i].result.ok for t in trajs)
+                                             / max(1, len(trajs)), 3) for i in range(turns)],
+            "timed": len(best),
+            "best_speedup": _quantiles(best),
+        }
+    return out
+
+
+def summary_table(by_level: dict) -> str:
+    """summarize()'s result as a markdown table (the card and BENCHMARKS.md use it)."""
+    head = ("| level | trajectories | teacher correct | correct by turn | timed | best speedup p10 / p25 / p50 / p75 / p90 "
+            "| geomean | share >= 1x |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for level, s in by_level.items():
+        q = s["best_speedup"]
+        quantiles = " / ".join(f"{q[k]:.2f}" for k in ("p10", "p25", "p50", "p75", "p90")) if q else "-"
+        per_turn = ", ".join(f"{100 * x:.0f}%" for x in s["correct_share_per_turn"])
+        faster = f"{100 * q['share_ge_1']:.0f}%" if q else "-"
+        lines.append(f"| {level} | {s['trajectories']} | {100 * s['correct_share']:.1f}% | {per_turn} | {s['timed']} | "
+                     f"{quantiles} | {q.get('geomean', '-')} | {faster} |")
+    return "\n".join(lines)
