@@ -2,6 +2,7 @@
 # The teacher's SFT set on a GPU machine (drk data sft), from the repository root:
 #   OUT=/tmp/out bash bench/teacher_sft.sh [TRAJECTORIES] [TIME_LIMIT_S] [GPUS]
 # Defaults: 1200 trajectories (the first train tasks of data/rl), 3 turns, 16 evaluations in flight per GPU,
+# references timed in eager mode only (a torch.compile per new task would cost more than its evaluations),
 # 500 s (no batch starts that would end later), 1 GPU. The run folder is runs/teacher_sft: a rerun resumes
 # there (finished trajectories are skipped), also on a fresh machine given runs/teacher_sft/trajectories.jsonl.gz
 # from an earlier $OUT. Into $OUT/sft (at most 8 files come back from a device call): summary.json,
@@ -17,7 +18,7 @@ if [ -f $RUN/trajectories.jsonl.gz ] && [ ! -f $RUN/trajectories.jsonl ]; then g
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > $OUT/sft/smi.txt 2>&1
 start=$(date +%s)
 python -m drk_lab.cli data sft --tasks data/rl/prompts.jsonl.gz --split train --trajectories ${1:-1200} --turns 3 \
-    --device cuda --gpus ${3:-1} --jobs 16 --time-limit ${2:-500} --out $RUN 2> $RUN/progress.log
+    --device cuda --gpus ${3:-1} --jobs 16 --time-limit ${2:-500} --eager-only --out $RUN 2> $RUN/progress.log
 echo "== teacher_sft took $(( $(date +%s) - start )) s" | tee $OUT/sft/wall.txt
 tr '\r' '\n' < $RUN/progress.log | grep -v "^\s*$" | tail -3
 cat $RUN/trajectories*.jsonl | gzip > $RUN/trajectories.jsonl.gz

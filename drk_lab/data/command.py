@@ -54,6 +54,10 @@ def add_parser(sub) -> None:
     s.add_argument("--batch", type=_positive, default=None, help="trajectories per batch (default 4 x --jobs)")
     s.add_argument("--trials", type=_positive, default=5, help="correctness trials per evaluation")
     s.add_argument("--timing-trials", type=_positive, default=100)
+    s.add_argument("--eager-only", action="store_true",
+                   help="time references in eager mode only: no torch.compile per new task (feedback then has no "
+                        "speedup over torch.compile); for large sets, where compiling each reference costs more than "
+                        "its evaluations")
     s.add_argument("--out", required=True, help="output folder; a rerun into it resumes")
 
 
@@ -147,7 +151,8 @@ def write_sft(args) -> int:
     # the CPU runs the interpreter at the tasks' SMALL_SIZES; a GPU runs the full sizes
     items = [(spec, task.small() if device == "cpu" else task) for spec, task, _ in loaded]
     stats = run_teacher(items, out, turns=args.turns, jobs=args.jobs, time_limit=args.time_limit, batch=args.batch,
-                        device=device, devices=devices, correctness_trials=args.trials, timing_trials=args.timing_trials)
+                        device=device, devices=devices, correctness_trials=args.trials, timing_trials=args.timing_trials,
+                        compile_baseline=not args.eager_only)
     specs = {task.name: spec for spec, task in items}
     splits = {task.name: row["split"] for _, task, row in loaded}
     trajectories = [t for t in read_trajectories(out) if t.task in specs]

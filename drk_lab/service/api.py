@@ -56,6 +56,7 @@ class Options(BaseModel):
     atol: float | None = Field(None, ge=0)
     rtol: float | None = Field(None, ge=0)
     hack_checks: bool = True
+    compile_baseline: bool = True
 
 
 class EvalRequest(BaseModel):
