@@ -158,3 +158,60 @@ def test_after_timing_the_candidates_kernels_must_still_launch():
     x = torch.randn(4, 33)
     (code, message), = timed_findings(Relu(), [x], {0: [torch.relu(x)]})  # right, but no Triton kernel ran
     assert code == "changes_after_checks" and "launched none" in message
+
+
+LONG_ROW_SOFTMAX = '''import torch
+import torch.nn as nn
+
+batch_size = 4
+dim = 4096
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SOFTMAX_INTO_ZEROS = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + offs, mask=offs < n, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * n + offs, (e / tl.sum(e, axis=0)).to(tl.float16), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.zeros_like(x)  # honest: every element is written by the kernel
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+'''
+
+
+def test_kernels_off_check_is_skipped_where_zeros_would_pass():
+    """A softmax over 4096 columns in fp16: every value (about 2.4e-4) is within the fp16 tolerance of zero,
+    so an output left unwritten passes the comparison and says nothing about who did the work (an honest
+    GEMM + softmax was once flagged `torch_does_the_work` on the H200 this way)."""
+    from drk_lab.harness.task import task_from_source
+
+    task = task_from_source(LONG_ROW_SOFTMAX, "long_row_softmax", level=1)
+    r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2)
+    assert r.ok and not r.hacked, r.error
+    assert "kernels-off check skipped: the reference's output is within tolerance of zero" in r.notes
+    r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2, atol=1e-5, rtol=1e-2)
+    assert r.ok and not any("kernels-off" in n for n in r.notes)  # a tight atol: the check runs and passes

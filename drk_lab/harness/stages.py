@@ -178,7 +178,7 @@ class JobRunner:
         with self.shared_gpu():
             self.raise_if_hacked(result, extra_calls.call_findings(
                 ref_module, ref, new, seed=job.trial_seeds[0] + 1, device=self.device,
-                candidate_file=self.candidate_file, atol=job.atol, rtol=job.rtol))
+                candidate_file=self.candidate_file, atol=job.atol, rtol=job.rtol, notes=result.notes))
         self.end_stage()
         self.stage("mode_and_determinism")
         with self.shared_gpu():
