@@ -33,8 +33,9 @@ ALLOWED = {
     "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
     "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
     "drk_lab.data": {"drk_lab.agent", "drk_lab.harness", "drk_lab.policies", "drk_lab.rl"},
-    "drk_lab.integrations": {"drk_lab.rl", "drk_lab.agent", "drk_lab.harness"},
-    # beside the harness: it runs the local evaluator; only drk_lab/__init__'s evaluate(backend=...) reaches it
+    # above the service, like the command line: verl's reward function evaluates through the service's client
+    "drk_lab.integrations": {"drk_lab.rl", "drk_lab.agent", "drk_lab.harness", "drk_lab.service"},
+    # beside the harness: it runs the local evaluator; only the public API, the cli and integrations reach it
     "drk_lab.service": {"drk_lab.harness", "drk_lab.hacks"},
 }
 
@@ -161,9 +162,11 @@ def test_the_public_names_users_rely_on_stay_importable():
 
 def test_only_the_public_api_and_the_command_line_reach_the_service():
     """The service sits beside the harness: no package below it (or beside it) imports it, so the local
-    evaluator never knows it exists and `import drk_lab` needs neither FastAPI nor Ray."""
+    evaluator never knows it exists and `import drk_lab` needs neither FastAPI nor Ray. The integrations
+    sit above it like the command line (verl's reward function is a client of the service, and nothing in
+    drk_lab imports them), so they may."""
     for module, targets in GRAPH.items():
-        if package_of(module) not in ("drk_lab.service", "drk_lab"):
+        if package_of(module) not in ("drk_lab.service", "drk_lab", "drk_lab.integrations"):
             assert not any(package_of(t) == "drk_lab.service" for t in targets), module
     import subprocess
     import sys

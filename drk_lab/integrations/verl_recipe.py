@@ -3,7 +3,7 @@ and the data set.
 
     python -m drk_lab.integrations.verl_recipe data --out ~/data/drk           # train.parquet, val.parquet
     python -m drk_lab.integrations.verl_recipe command --model Qwen/Qwen3-8B --nodes 4 --data ~/data/drk \\
-           --service-url http://evalnode:8000                                  # prints the verl command
+           --service-url http://evalnode:8471                                  # prints the verl command
 
 MRS in verl (0.9.x, `algorithm.rollout_correction`, decoupled mode: verl recomputes the training
 log-probs `old_log_probs` before the update, as drk_lab's trainer does). verl's `seq_mean_k1`

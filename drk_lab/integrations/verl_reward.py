@@ -1,94 +1,67 @@
-"""A verl custom reward function that scores a reply through a drk evaluation service.
+"""A verl custom reward function that scores a reply through a `drk serve` evaluation service.
 
     reward.custom_reward_function.path=pkg://drk_lab.integrations.verl_reward
     reward.custom_reward_function.name=compute_score
-    +reward.custom_reward_function.reward_kwargs.url=http://evalnode:8000     # or $DRK_SERVICE_URL
+    +reward.custom_reward_function.reward_kwargs.url=http://evalnode:8471     # or $DRK_SERVICE_URL
 
 verl's reward manager calls `compute_score(data_source, solution_str, ground_truth, extra_info)` once
 per episode, with the decoded response as `solution_str`; the data set (verl_recipe.verl_rows) holds
-the task's PyTorch source as `ground_truth`. The code is the reply's last fenced python block
-(drk_lab.agent.extraction, as KernelEnv reads it); a reply without code is scored as `no_code`
-without a request. Otherwise the code goes to the service (`drk serve`, on the GPU nodes):
+the task's PyTorch source as `ground_truth` and its name as `extra_info["task_name"]`. The code is the
+reply's last fenced python block (drk_lab.agent.extraction, as KernelEnv reads it); a reply without code
+is scored as `no_code` without a request. Otherwise the code and the task's source go to the service
+through drk_lab.service.client.ServiceClient (the one place that knows the wire format and the
+retries), one client per process and settings, reused across calls, and the EvalResult is scored by a
+drk_lab reward (`get_reward("drkernel")` by default).
 
-    POST {url}/v1/evaluate   Authorization: Bearer {token}
-         {"task_source": str, "code": str, "options": {...evaluate() keywords...}}
-    200  {"result": EvalResult.to_dict()}      4xx/5xx {"error": str, "detail": ...}
-
-and the EvalResult is scored by a drk_lab reward (`get_reward("drkernel")` by default). Connection
-errors, timeouts, 429 and 5xx are retried with a growing pause; other 4xx (a bad token, a malformed
-request) are not. When every try fails, ServiceError is raised: a failed evaluation is not the
-model's fault and must not become a reward of 0.
+The client retries connection errors, timeouts and 502/503/504 with a growing pause; any other error
+status (a bad token, a malformed request) raises ServiceError at once, and so does a job that failed on
+the server or did not finish within `timeout_s`. When every try fails ServiceError is raised too: a
+failed evaluation is not the model's fault and must not become a reward of 0.
 """
 
 from __future__ import annotations
 
 import os
-import time
+from functools import lru_cache
 from typing import Any
-
-import httpx
 
 from drk_lab.agent.extraction import extract_code, no_code_result
 from drk_lab.agent.rewards import get_reward
 from drk_lab.harness.result import EvalResult
+from drk_lab.harness.task import task_from_source
+from drk_lab.service.client import ServiceClient
 
 URL_VARIABLE = "DRK_SERVICE_URL"
 TOKEN_VARIABLE = "DRK_SERVICE_TOKEN"
-RETRIED_STATUS = {429, 500, 502, 503, 504}
 
 
-class ServiceError(RuntimeError):
-    """The evaluation service did not give a result; `retryable` says whether trying again may help."""
-
-    def __init__(self, message: str, retryable: bool):
-        super().__init__(message)
-        self.retryable = retryable
+@lru_cache(maxsize=16)
+def _client(url: str, token: str | None, retries: int, backoff_s: float, pid: int) -> ServiceClient:
+    # keyed by the pid: a forked reward worker must open its own connections, not share its parent's
+    return ServiceClient(url, token=token, retries=retries, backoff_s=backoff_s)
 
 
-def service_call(client: httpx.Client, url: str, token: str | None, task_source: str, code: str,
-                 options: dict | None) -> EvalResult:
-    """One request to the service: the request as the service's API wants it, and its answer parsed.
-    (The one place that knows the wire format.)"""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    body = {"task_source": task_source, "code": code, "options": dict(options or {})}
-    endpoint = url.rstrip("/") + "/v1/evaluate"
-    try:
-        response = client.post(endpoint, json=body, headers=headers)
-    except httpx.TransportError as e:  # refused, reset, timed out
-        raise ServiceError(f"drk service at {endpoint}: {type(e).__name__}: {e}", retryable=True) from None
-    if response.status_code != 200:
-        try:
-            payload = response.json()
-            why = f"{payload.get('error')}: {payload.get('detail')}"
-        except ValueError:
-            why = response.text[:200]
-        raise ServiceError(f"drk service at {endpoint}: HTTP {response.status_code}: {why}",
-                           retryable=response.status_code in RETRIED_STATUS)
-    try:
-        return EvalResult.from_dict(response.json()["result"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ServiceError(f"drk service at {endpoint}: an answer without a result ({e})", retryable=False) from None
-
-
-def evaluate_remote(task_source: str, code: str, options: dict | None = None, *, url: str | None = None,
-                    token: str | None = None, timeout_s: float = 600.0, retries: int = 3,
-                    backoff_s: float = 2.0) -> EvalResult:
-    """Evaluate `code` against `task_source` on the service at `url` ($DRK_SERVICE_URL), with `token`
-    ($DRK_SERVICE_TOKEN); up to `retries` more tries after a retryable failure, pausing backoff_s,
+def service_client(url: str | None = None, token: str | None = None, retries: int = 3,
+                   backoff_s: float = 2.0) -> ServiceClient:
+    """This process's client of the service at `url` ($DRK_SERVICE_URL) with `token` ($DRK_SERVICE_TOKEN),
+    made on first use and reused; up to `retries` more tries after passing trouble, pausing backoff_s,
     2*backoff_s, ... between them."""
     url = url or os.environ.get(URL_VARIABLE)
     if not url:
         raise ValueError(f"no evaluation service: pass url= or set ${URL_VARIABLE}")
-    token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
-    with httpx.Client(timeout=timeout_s) as client:
-        for attempt in range(retries + 1):
-            try:
-                return service_call(client, url, token, task_source, code, options)
-            except ServiceError as e:
-                if not e.retryable or attempt == retries:
-                    raise
-            time.sleep(backoff_s * 2 ** attempt)
-    raise AssertionError("unreachable")
+    token = token or os.environ.get(TOKEN_VARIABLE) or None
+    return _client(url.rstrip("/"), token, retries, backoff_s, os.getpid())
+
+
+def evaluate_remote(task_source: str, code: str, options: dict | None = None, *, task_name: str = "task",
+                    url: str | None = None, token: str | None = None, timeout_s: float = 600.0,
+                    retries: int = 3, backoff_s: float = 2.0) -> EvalResult:
+    """Evaluate `code` against the task whose source is `task_source` on the service; ServiceError
+    when the service gives no result within `timeout_s` (the job's wait, past the client's retries)."""
+    client = service_client(url, token, retries, backoff_s)
+    # parsed only (as the service does): the task's code runs where the evaluator runs it, not here
+    task = task_from_source(task_source, task_name, check=False)
+    return client.wait(client.submit(task, code, **(options or {})), timeout_s=timeout_s)
 
 
 def _number(value: Any) -> float | None:
@@ -111,8 +84,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     if code is None:
         result = no_code_result(outcome)
     else:
-        result = evaluate_remote(ground_truth, code, options, url=url, token=token, timeout_s=timeout_s,
-                                 retries=retries, backoff_s=backoff_s)
+        task_name = str((extra_info or {}).get("task_name") or "task")
+        result = evaluate_remote(ground_truth, code, options, task_name=task_name, url=url, token=token,
+                                 timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
     score = get_reward(reward, **(reward_weights or {}))(result)
     return {"score": float(score), "correct": float(bool(result.correct)), "hacked": float(bool(result.hacked)),
             "speedup": _number(result.speedup), "coverage": _number(result.coverage),
