@@ -80,8 +80,9 @@ CORPUS = [
 ]
 
 
-def train_tokenizer(vocab_size: int = 1024):
-    """The byte-level BPE trained on CORPUS, wrapped as a PreTrainedTokenizerFast with the chat template."""
+def train_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None):
+    """The byte-level BPE trained on `corpus` (default: CORPUS), wrapped as a PreTrainedTokenizerFast with
+    the chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -95,7 +96,7 @@ def train_tokenizer(vocab_size: int = 1024):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(CORPUS * 4, trainer=trainer)
+    bpe.train_from_iterator(corpus if corpus is not None else CORPUS * 4, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token=IM_END,

@@ -36,6 +36,7 @@ class RLSettings:
     system_prompt: str | None = None
     chat_template_kwargs: dict | None = None
     generation_batch_size: int = 8
+    sampler: str = "loop"  # "loop": TransformersPolicy's decode loop (any model); "static": rl/sampler.py (Qwen3-style, all rows at once)
     eval_kwargs: dict | None = None  # to drk_lab.harness.evaluate (device, correctness_trials, ...)
     max_workers: int | None = None
     shuffle_tasks: bool = True

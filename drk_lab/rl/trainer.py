@@ -57,6 +57,7 @@ from drk_lab.rl.batch import SequenceBatch, build_batch
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
 from drk_lab.rl.rollout import TokenPolicy, collect_rollouts
+from drk_lab.rl.sampler import StaticCachePolicy
 from drk_lab.rl.settings import RLSettings
 from drk_lab.rl.runlog import LOSS_METRICS, RunLog, step_row
 
@@ -232,7 +233,8 @@ class RLTrainer:
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
         with unwrapped_model as unwrapped, self.accelerator.autocast():
-            policy = TokenPolicy(unwrapped, self.tokenizer, device=self.accelerator.device,
+            policy_class = StaticCachePolicy if self.settings.sampler == "static" else TokenPolicy
+            policy = policy_class(unwrapped, self.tokenizer, device=self.accelerator.device,
                                  max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
                                  chat_template_kwargs=self.settings.chat_template_kwargs)
             return collect_rollouts(

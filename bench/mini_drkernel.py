@@ -1,0 +1,334 @@
+"""Mini Dr. Kernel: the whole method end to end on one H200 (tokenizer, model from scratch, pretraining,
+cold-start SFT, multi-turn RL with TRLOO + MRS + PRS, evaluation on held-out tasks), and what RL adds.
+
+    python bench/mini_drkernel.py --phase all --out runs/mini                 # every phase in order
+    python bench/mini_drkernel.py --phase sft --out runs/mini                 # one phase; it resumes from
+                                                                              # what earlier phases left in --out
+    python bench/mini_drkernel.py --phase all --out /tmp/smoke --smoke        # tiny sizes on the CPU (tests)
+    python bench/mini_drkernel.py --phase rl --advantage grpo --tag grpo ...  # the ablation, same budget
+    python bench/mini_drkernel.py --phase sft --model /path/to/hf-folder ...  # any local checkpoint instead
+
+Phases (each writes JSON under --out; --export DIR copies the small files there, e.g. $OUT):
+  tokenizer  BPE (vocab 8192) on the SFT conversations and 2,000 RL prompts; a random Qwen3-style model
+             (hidden 512, 8 layers, 8 heads / 4 KV heads, ~29M parameters with tied embeddings) -> init/
+  pretrain   next-token training on the SFT conversations (all tokens): 300 steps of 32 x 1024 tokens,
+             bf16 autocast -> pretrain/ (allowed by the issue; it gives SFT a model that already writes code)
+  sft        rl/sft.py (TRL, assistant-only loss): 6 epochs over the SFT set, batch 8, lr 3e-4 -> sft/
+  genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
+             and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
+  rl         RLTrainer on the train split: 8 steps of 16 prompts x 8 samples x 2 turns, 512 new tokens,
+             TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
+             rl_<tag>/ckpt (a second call resumes), stops after the step that passes 330 s -> rl_<tag>/model
+  eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL) and the
+             built-in levels 1-2, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
+             held-out tasks; temperature 0.7 -> eval_<checkpoint>.json (+ trajectories)
+
+Time plan on one H200 (25 minutes of machine time, three commands of at most 10 minutes; checkpoints stay
+on the machine's disk between them, only --export files come back). Estimates: generation from the
+genbench phase's rate, evaluation from the earlier RL run (~0.1-0.5 s per evaluated reply in parallel
+workers, replies without code cost nothing); the RL phase's time limit keeps command 2 and 3 inside 10 min.
+  command 1 (~7 min): installs 0.3, tokenizer 0.5, pretrain 1.0, sft 1.5, genbench 0.5, eval sft 2.5
+  command 2 (~8 min): rl (TRLOO) 5.5, eval rl_trloo 2.5
+  command 3 (~8 min): rl (GRPO, the ablation) 5.5, eval rl_grpo 2.5
+One seed only: three seeds of the headline comparison do not fit in 25 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from drk_lab.mini_drkernel import MiniSettings, write_json  # noqa: E402
+
+PHASES = ("tokenizer", "pretrain", "sft", "genbench", "rl", "eval")
+
+
+class UsageError(Exception):
+    """An everyday mistake: one line on stderr, exit status 2."""
+
+
+def parse_set(items: list[str], settings: MiniSettings) -> MiniSettings:
+    """--set name=value (a Python literal) for any MiniSettings field."""
+    names = {f.name for f in fields(MiniSettings)}
+    changes = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or name not in names:
+            raise UsageError(f"--set {item!r}: expected NAME=VALUE with NAME one of the settings ({', '.join(sorted(names))})")
+        try:
+            changes[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            changes[name] = value
+    return replace(settings, **changes)
+
+
+def device_name() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings):
+    from drk_lab.data.export import read_rl_tasks
+
+    if not Path(args.rl_data).is_file():
+        raise UsageError(f"--rl-data {args.rl_data}: no such file (the RL prompt set from `drk data rl`)")
+    tasks = [task for _, task, _ in read_rl_tasks(args.rl_data, split=split)]
+    random.Random(settings.seed).shuffle(tasks)
+    tasks = tasks[:limit] if limit else tasks
+    return [t.small() for t in tasks] if device_name() == "cpu" else tasks
+
+
+def sft_dataset(args):
+    from drk_lab.rl.sft import load_cold_start
+
+    if not Path(args.sft_data).exists():
+        raise UsageError(f"--sft-data {args.sft_data}: no such file (the SFT set from `drk data sft`)")
+    return load_cold_start(args.sft_data)
+
+
+def eval_kwargs(settings: MiniSettings) -> dict:
+    if device_name() == "cpu":
+        return {"device": "cpu"}
+    return {"correctness_trials": settings.correctness_trials, "timing_trials": settings.timing_trials}
+
+
+def need(path: Path, phase: str) -> Path:
+    if not (path / "config.json").exists():
+        raise UsageError(f"{path}: no model here; run --phase {phase} first (with the same --out)")
+    return path
+
+
+# -- phases ------------------------------------------------------------------------------------------
+def phase_tokenizer(args, settings, out: Path) -> dict:
+    from drk_lab.mini_drkernel import build_model, build_tokenizer, conversation_texts, parameter_count
+
+    sft_texts = conversation_texts(sft_dataset(args))
+    prompts = [t.source for t in rl_tasks(args, "train", settings.tokenizer_prompts, settings)]
+    tokenizer = build_tokenizer(settings, sft_texts, prompts)
+    path = build_model(tokenizer, settings, out / "init")
+    from transformers import AutoModelForCausalLM
+
+    params = parameter_count(AutoModelForCausalLM.from_pretrained(path))
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in sft_texts]
+    return {"vocab": len(tokenizer), "parameters": params, "sft_rows": len(sft_texts),
+            "sft_tokens": sum(lengths), "sft_tokens_max": max(lengths)}
+
+
+def start_model(args, out: Path) -> Path:
+    """What SFT starts from: --model, else pretrain/ when it exists, else init/."""
+    if args.model:
+        if not (Path(args.model) / "config.json").exists():
+            raise UsageError(f"--model {args.model}: not a local Hugging Face model folder (no config.json)")
+        return Path(args.model)
+    return out / "pretrain" if (out / "pretrain" / "config.json").exists() else need(out / "init", "tokenizer")
+
+
+def phase_pretrain(args, settings, out: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    from drk_lab.mini_drkernel import conversation_texts, pretrain
+
+    init = need(out / "init", "tokenizer")
+    texts = conversation_texts(sft_dataset(args), AutoTokenizer.from_pretrained(init))
+    result = pretrain(init, texts, settings, out / "pretrain")
+    return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], **result}
+
+
+def phase_sft(args, settings, out: Path) -> dict:
+    import torch
+
+    from drk_lab.rl.sft import run_sft
+
+    start = start_model(args, out)
+    run = run_sft(str(start), sft_dataset(args), out / "sft", lr=settings.sft_lr, epochs=settings.sft_epochs,
+                  batch_size=settings.sft_batch, max_length=settings.sft_max_length, seed=settings.seed,
+                  max_steps=settings.sft_max_steps, bf16=torch.cuda.is_available(), lr_scheduler_type="cosine",
+                  disable_tqdm=False)
+    losses = [r["loss"] for r in run.trainer.state.log_history if "loss" in r]
+    return {"start": str(start), "metrics": run.metrics, "loss": losses}
+
+
+def phase_genbench(args, settings, out: Path) -> dict:
+    import torch
+
+    from drk_lab.mini_drkernel import generation_speed
+    from drk_lab.policies.huggingface import TransformersPolicy
+    from drk_lab.rl.sampler import StaticCachePolicy
+    from drk_lab.rl.trainer import sequence_logprobs
+
+    path = out / "sft" if (out / "sft" / "config.json").exists() else start_model(args, out)
+    policy = StaticCachePolicy(str(path), dtype=torch.float32)
+    tasks = rl_tasks(args, "train", settings.genbench_rows, settings)
+    prompts = [policy.prompt_ids([{"role": "user", "content": t.source}]) for t in tasks]
+    prompts = [(p * settings.genbench_rows)[:512] for p in prompts]  # at most 512 prompt tokens each
+    prompts = (prompts * settings.genbench_rows)[: settings.genbench_rows]
+    kw = {"pad_token_id": policy.pad_token_id, "stop_token_ids": policy.stop_token_ids}
+    static = generation_speed(policy.model, prompts, settings.genbench_tokens, **kw)
+    loop_rows, loop_tokens = min(16, len(prompts)), min(64, settings.genbench_tokens)
+    loop = TransformersPolicy(policy.model, policy.tokenizer, batch_size=loop_rows)
+    started = time.perf_counter()
+    loop._decode_batch(prompts[:loop_rows], loop_tokens, 1.0, 1.0, 0, None)
+    loop_s = time.perf_counter() - started
+    # the trainer's view of sampled replies: same tokens, log-probs from its teacher-forced forward
+    sampled = policy.generate([[{"role": "user", "content": t.source}] for t in tasks[:8]], n=1, seed=1,
+                              max_new_tokens=min(128, settings.genbench_tokens))
+    diffs = []
+    for task, (completion,) in zip(tasks[:8], sampled):
+        ids = completion.extra["prompt_token_ids"] + completion.token_ids
+        rows = {"input_ids": torch.tensor([ids], device=policy.device)}
+        rows["attention_mask"] = torch.ones_like(rows["input_ids"])
+        rows["position_ids"] = torch.arange(len(ids), device=policy.device)[None]
+        with torch.no_grad():
+            trainer_lp = sequence_logprobs(policy.model, rows)[0, -len(completion.token_ids):].cpu()
+        diffs.append((trainer_lp - torch.tensor(completion.logprobs)).abs().max().item())
+    return {"model": str(path), "static_cache": static,
+            "decode_loop": {"rows": loop_rows, "new_tokens": loop_tokens, "seconds": loop_s,
+                            "tokens_per_s": loop_rows * loop_tokens / loop_s},
+            "logprob_max_abs_diff": max(diffs), "logprob_max_abs_diff_per_reply": diffs}
+
+
+def phase_rl(args, settings, out: Path) -> dict:
+    from drk_lab.rl.trainer import RLTrainer
+
+    start = need(out / "sft", "sft")
+    folder = out / f"rl_{args.tag}"
+    ckpt = folder / "ckpt"
+    resume = "latest" if any(ckpt.glob("step_*/trainer.json")) else None
+    trainer = RLTrainer(
+        str(start), rl_tasks(args, "train", None, settings), seed=settings.seed,
+        prompts_per_step=settings.prompts_per_step, samples=settings.samples, turns=settings.turns,
+        max_new_tokens=settings.max_new_tokens, max_context_tokens=settings.max_context_tokens,
+        feedback_tokens=settings.feedback_tokens, sampler="static", generation_batch_size=4096,
+        micro_batch_size=settings.micro_batch_size, mini_batches=settings.mini_batches, lr=settings.rl_lr,
+        advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs, eval_kwargs=eval_kwargs(settings),
+        log_dir=str(folder / "log"), checkpoint_dir=str(ckpt), checkpoint_every=1, resume_from=resume,
+        save_rollouts=False)
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    bar = tqdm(total=settings.rl_steps, initial=trainer.state.step, desc=f"rl {args.tag}", unit="step")
+    while trainer.state.step < settings.rl_steps and time.perf_counter() - started < settings.rl_time_limit_s:
+        row = trainer.train(trainer.state.step + 1)[-1]
+        bar.update(1)
+        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
+    bar.close()
+    trainer.export(folder / "model")
+    return {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
+            "resumed": resume is not None, "stopped_by_time_limit": trainer.state.step < settings.rl_steps}
+
+
+def phase_eval(args, settings, out: Path) -> dict:
+    import torch
+
+    import drk_lab as drk
+    from drk_lab.agent.context import episode_schedule, stts_schedule
+    from drk_lab.agent.episodes import run_many
+    from drk_lab.agent.trajectory import write_jsonl
+    from drk_lab.mini_drkernel import summarize_evaluation
+    from drk_lab.rl.sampler import StaticCachePolicy
+
+    name = args.checkpoint
+    path = Path(name) if Path(name).is_dir() else out / name / "model" if name.startswith("rl_") else out / name
+    policy = StaticCachePolicy(str(need(path, "sft" if name == "sft" else "rl")), dtype=torch.float32)
+    heldout = rl_tasks(args, "heldout", settings.eval_heldout, settings)
+    builtin = [t for level in settings.eval_builtin_levels for t in drk.builtin_tasks(level=level)]
+    builtin = builtin[: settings.eval_builtin_max] if settings.eval_builtin_max else builtin
+    builtin = [t.small() for t in builtin] if device_name() == "cpu" else builtin
+    sampling = {"temperature": settings.eval_temperature, "max_new_tokens": settings.max_new_tokens, "seed": settings.seed}
+    common = dict(sampling=sampling, tokenizer=policy.tokenizer, feedback_tokens=settings.feedback_tokens,
+                  **eval_kwargs(settings))
+    label = Path(name).name
+    report = {"checkpoint": str(path)}
+    for part, tasks, schedule in (("heldout", heldout, episode_schedule(settings.eval_turns)),
+                                  ("builtin", builtin, episode_schedule(settings.eval_turns)),
+                                  ("heldout_stts", heldout[: settings.stts_tasks], stts_schedule(*settings.stts))):
+        started = time.perf_counter()
+        trajectories = run_many(tasks, policy, schedule, **common)
+        write_jsonl(trajectories, out / f"eval_{label}_{part}.jsonl", append=False)
+        report[part] = {**summarize_evaluation(trajectories), "tasks": len(tasks), "seconds": time.perf_counter() - started}
+    return report
+
+
+def export(out: Path, target: Path) -> None:
+    """Copy the small files (JSON, JSONL, CSV outside model and checkpoint folders) to `target`."""
+    for path in out.rglob("*"):
+        parts = set(path.relative_to(out).parts)
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".csv") and not parts & {"ckpt", "model", "init",
+                                                                                          "pretrain", "sft", "rollouts"}:
+            dest = target / path.relative_to(out)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+
+
+RUNNERS = {"tokenizer": phase_tokenizer, "pretrain": phase_pretrain, "sft": phase_sft, "genbench": phase_genbench,
+           "rl": phase_rl, "eval": phase_eval}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--phase", default="all", help=f"one of {', '.join(PHASES)}, all, or a comma-separated list")
+    p.add_argument("--out", default=str(REPO / "runs" / "mini"), help="run folder (models, checkpoints, logs)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (MiniSettings.smoke) for a CPU run")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="change one setting")
+    p.add_argument("--model", default=None, help="a local Hugging Face folder to start SFT from instead")
+    p.add_argument("--sft-data", default=str(REPO / "data" / "sft" / "sft.parquet"))
+    p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
+    p.add_argument("--advantage", choices=("trloo", "grpo"), default=None, help="the RL advantage (ablation)")
+    p.add_argument("--prs", choices=("on", "off"), default=None, help="profiling-based rejection (ablation)")
+    p.add_argument("--tag", default=None, help="RL run name: rl_<tag>/ (default: the advantage, +noprs)")
+    p.add_argument("--checkpoint", default=None, help="eval: sft, rl_<tag> or a model folder (default: all there are)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--export", default=os.environ.get("OUT"), help="copy the small result files here (default $OUT)")
+    args = p.parse_args(argv)
+    try:
+        settings = MiniSettings.smoke() if args.smoke else MiniSettings()
+        settings = parse_set(args.set, settings)
+        if args.advantage:
+            settings = replace(settings, advantage=args.advantage)
+        if args.prs:
+            settings = replace(settings, prs=args.prs == "on")
+        if args.seed is not None:
+            settings = replace(settings, seed=args.seed)
+        args.tag = args.tag or settings.advantage + ("" if settings.prs else "_noprs")
+        phases = PHASES if args.phase == "all" else tuple(args.phase.split(","))
+        unknown = [ph for ph in phases if ph not in PHASES]
+        if unknown:
+            raise UsageError(f"--phase {args.phase}: unknown phase {unknown[0]!r} (one of {', '.join(PHASES)}, all)")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "settings.json", {"settings": settings.to_dict(), "device": device_name()})
+        for phase in phases:
+            if phase == "pretrain" and settings.pretrain_steps == 0:
+                continue
+            targets = [args.checkpoint] if args.checkpoint else [n for n in ["sft", f"rl_{args.tag}"]
+                                                                  if (out / n).is_dir() or n == "sft"]
+            for target in (targets if phase == "eval" else [None]):
+                args.checkpoint = target
+                started = time.perf_counter()
+                print(f"== {phase}{' ' + target if target else ''}", flush=True)
+                result = RUNNERS[phase](args, settings, out)
+                result["seconds"] = time.perf_counter() - started
+                write_json(out / (f"eval_{Path(target).name}.json" if target else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json"), result)
+                print(f"   {phase} done in {result['seconds']:.1f} s", flush=True)
+                if args.export:
+                    export(out, Path(args.export))
+    except UsageError as e:
+        print(f"mini_drkernel: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Mini Dr. Kernel: the pieces of the whole method at small scale (bench/mini_drkernel.py runs them).
+
+    settings = MiniSettings()                                   # the H200 sizes; MiniSettings.smoke() for the CPU
+    tokenizer = build_tokenizer(settings, sft_texts, prompt_texts)
+    model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~29M parameters
+    pretrain(model_dir, tokenizer, sft_texts, settings, "out/pretrain")
+    summary = summarize_evaluation(trajectories)                 # Fast@1 / Fast@1.2 per turn, coverage, hacks
+
+What it is: a byte-level BPE trained on the SFT trajectories and RL prompts (nothing downloaded), a
+small Qwen3-style model trained from scratch, an optional short next-token pretraining on the SFT
+conversations, then the project's own SFT (rl/sft.py), multi-turn RL (rl/trainer.py with the
+static-cache sampler, rl/sampler.py) and evaluation (agent/episodes.py). A model this small trained on
+a few hundred trajectories mostly copies the teacher; the point is the whole pipeline measured honestly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class MiniSettings:
+    # tokenizer and model (a Qwen3-style model trained from scratch)
+    vocab_size: int = 8192
+    hidden_size: int = 512
+    num_layers: int = 8
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    head_dim: int = 64
+    intermediate_size: int = 1536
+    max_positions: int = 8192
+    tokenizer_prompts: int = 2000  # RL prompts (train split) added to the tokenizer's corpus
+    # next-token pretraining on the SFT conversations (0 steps: skipped)
+    pretrain_steps: int = 300
+    pretrain_batch: int = 32
+    pretrain_length: int = 1024
+    pretrain_lr: float = 1e-3
+    # cold-start SFT (rl/sft.py on TRL, loss on assistant tokens)
+    sft_epochs: float = 6.0
+    sft_batch: int = 8
+    sft_lr: float = 3e-4
+    sft_max_length: int = 8192
+    sft_max_steps: int = -1  # -1: sft_epochs decide
+    # multi-turn RL (rl/trainer.py)
+    rl_steps: int = 8
+    prompts_per_step: int = 16
+    samples: int = 8
+    turns: int = 2
+    max_new_tokens: int = 512
+    max_context_tokens: int = 4096
+    feedback_tokens: int = 512
+    rl_lr: float = 1e-5
+    micro_batch_size: int = 16
+    mini_batches: int = 2
+    advantage: str = "trloo"  # or "grpo" (the ablation)
+    prs: bool = True
+    mrs: bool = True
+    rl_time_limit_s: float = 330.0  # the RL phase stops (and checkpoints) after the step that passes it
+    # evaluation (held-out split, built-in suite, STTS)
+    eval_heldout: int = 64  # held-out tasks (operator combinations never seen in RL training)
+    eval_builtin_levels: tuple[int, ...] = (1, 2)
+    eval_builtin_max: int | None = None  # at most this many built-in tasks (None: all of those levels)
+    eval_turns: int = 2
+    eval_temperature: float = 0.7
+    stts_tasks: int = 32
+    stts: tuple[int, int, int] = (3, 2, 2)  # max_user_turns, remain_turns, iterations: 4 turns
+    correctness_trials: int = 2
+    timing_trials: int = 10
+    genbench_rows: int = 256
+    genbench_tokens: int = 512
+    seed: int = 0
+
+    @classmethod
+    def smoke(cls, **changes) -> MiniSettings:
+        """Tiny sizes for a CPU run of every phase in well under a minute."""
+        small = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                     intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2,
+                     pretrain_batch=2, pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
+                     rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
+                     micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2,
+                     eval_builtin_levels=(1,), eval_builtin_max=2, stts_tasks=1, stts=(2, 1, 2), genbench_rows=8, genbench_tokens=16)
+        return replace(cls(**small), **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def write_json(path: Path, value) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=1, default=str))
+    return path
+
+
+# -- data ----------------------------------------------------------------------------------------
+def conversation_texts(dataset, tokenizer=None) -> list[str]:
+    """Each SFT row as one text: its messages through the chat template (or joined, without a tokenizer)."""
+    texts = []
+    for messages in dataset["messages"]:
+        if tokenizer is None:
+            texts.append("\n".join(m["content"] for m in messages))
+        else:
+            texts.append(tokenizer.apply_chat_template(list(messages), tokenize=False))
+    return texts
+
+
+# -- tokenizer and model ---------------------------------------------------------------------------
+def build_tokenizer(settings: MiniSettings, sft_texts: list[str], prompt_texts: list[str]):
+    """A byte-level BPE with the ChatML template (drk_lab.tiny_model), trained on the SFT conversations
+    and RL prompts."""
+    from drk_lab.tiny_model import CORPUS, train_tokenizer
+
+    tokenizer = train_tokenizer(settings.vocab_size, corpus=CORPUS + list(sft_texts) + list(prompt_texts))
+    tokenizer.model_max_length = settings.max_positions
+    return tokenizer
+
+
+def build_model(tokenizer, settings: MiniSettings, path: str | Path) -> Path:
+    """A randomly initialised Qwen3ForCausalLM of the settings' size (float32), saved with the tokenizer."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=-(-len(tokenizer) // 64) * 64, hidden_size=settings.hidden_size,
+        intermediate_size=settings.intermediate_size, num_hidden_layers=settings.num_layers,
+        num_attention_heads=settings.num_heads, num_key_value_heads=settings.num_kv_heads,
+        head_dim=settings.head_dim, max_position_embeddings=settings.max_positions, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    torch.manual_seed(settings.seed)
+    model = Qwen3ForCausalLM(config).float()
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id, do_sample=True)
+    path = Path(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def parameter_count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# -- next-token pretraining ------------------------------------------------------------------------
+def token_chunks(texts: list[str], tokenizer, length: int) -> torch.Tensor:
+    """All texts tokenised end to end (each followed by <|endoftext|>), cut into rows of `length` + 1."""
+    stream = []
+    for text in texts:
+        stream += tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.pad_token_id]
+    rows = max(1, len(stream) // (length + 1))
+    stream = (stream * (1 + (rows * (length + 1)) // max(len(stream), 1)))[: rows * (length + 1)]
+    return torch.tensor(stream, dtype=torch.long).view(rows, length + 1)
+
+
+def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, out_dir: str | Path,
+             progress: bool = True) -> dict:
+    """Next-token training on the SFT conversations (every token, not only the assistant's) with AdamW and a
+    cosine schedule; bf16 autocast on a GPU. Saves the model to out_dir; returns the loss curve."""
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device).train()
+    data = token_chunks(texts, tokenizer, settings.pretrain_length)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.pretrain_lr, betas=(0.9, 0.95), weight_decay=0.1)
+    steps = settings.pretrain_steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(steps // 10, 1))
+                                                 * 0.5 * (1 + math.cos(math.pi * s / max(steps, 1))))
+    generator = torch.Generator().manual_seed(settings.seed)
+    losses, started = [], time.perf_counter()
+    for step in tqdm(range(steps), desc="pretrain", disable=not progress):
+        batch = data[torch.randint(len(data), (settings.pretrain_batch,), generator=generator)].to(device)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return {"loss": losses, "rows": len(data), "tokens_per_step": settings.pretrain_batch * settings.pretrain_length,
+            "seconds": time.perf_counter() - started}
+
+
+# -- generation speed ------------------------------------------------------------------------------
+def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token_id: int, stop_token_ids: list[int],
+                     repeats: int = 2) -> dict:
+    """Generated tokens per second of the static-cache sampler at temperature 1 (the best of `repeats`
+    runs after one warm-up), with no stop token so that every row makes max_new tokens."""
+    from drk_lab.rl.sampler import sample_tokens
+
+    def once():
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        tokens, *_ = sample_tokens(model, prompts, max_new, pad_token_id=pad_token_id, stop_token_ids=[-1],
+                                   temperature=1.0, generator=torch.Generator(device=next(model.parameters()).device).manual_seed(0))
+        return tokens.numel(), time.perf_counter() - started
+
+    once()
+    best = min((once() for _ in range(repeats)), key=lambda r: r[1])
+    return {"rows": len(prompts), "prompt_tokens_max": max(map(len, prompts)), "new_tokens": max_new,
+            "generated_tokens": best[0], "seconds": best[1], "tokens_per_s": best[0] / best[1]}
+
+
+# -- evaluation summary ----------------------------------------------------------------------------
+def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
+    """What an evaluation shows: per turn Fast@p and correct rate (and best so far), over all
+    evaluations the mean coverage of the correct kernels, and reward-hack attempts caught per 100
+    evaluations (replies with no code are not evaluations)."""
+    from drk_lab.agent.metrics import fast_p_table
+
+    per_task = {f"{t.task}#{t.sample}": [turn.result for turn in t.turns] for t in trajectories}
+    table = fast_p_table(per_task, ps=ps)
+    evaluated = [turn.result for t in trajectories for turn in t.turns if turn.code is not None]
+    coverage = [r.coverage for r in evaluated if r.correct and not r.hacked and r.coverage is not None]
+    hacked = sum(1 for r in evaluated if r.hacked)
+    replies = sum(len(t.turns) for t in trajectories)
+    last = table[-1] if table else {}
+    return {
+        "episodes": len(trajectories), "replies": replies, "evaluations": len(evaluated),
+        "per_turn": table,
+        "correct_rate": last.get("best_correct", 0.0),
+        "fast@1": last.get("best_fast@1", 0.0), "fast@1.2": last.get("best_fast@1.2", 0.0),
+        "mean_coverage": sum(coverage) / len(coverage) if coverage else None,
+        "hacks_caught": hacked,
+        "hacks_per_100_evaluations": 100.0 * hacked / len(evaluated) if evaluated else 0.0,
+        "reward_mean": sum(turn.reward for t in trajectories for turn in t.turns) / max(replies, 1),
+    }
