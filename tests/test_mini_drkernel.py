@@ -1,0 +1,98 @@
+"""bench/mini_drkernel.py end to end on the CPU with tiny sizes (--smoke): every phase runs as a real
+subprocess, writes its JSON, the RL phase resumes from its checkpoint, and everyday mistakes get one
+line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "bench" / "mini_drkernel.py"
+
+
+def run(*args, check=True):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
+    env.pop("OUT", None)
+    done = subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mini")
+    run("--smoke", "--out", out / "run", "--export", out / "export")
+    return out
+
+
+def read(path: Path):
+    return json.loads(path.read_text())
+
+
+def test_every_phase_writes_its_results(smoke):
+    run_dir = smoke / "run"
+    tokenizer = read(run_dir / "tokenizer.json")
+    assert tokenizer["parameters"] > 10_000 and tokenizer["sft_rows"] == 128
+    pretrain = read(run_dir / "pretrain.json")
+    assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
+    assert read(run_dir / "sft.json")["loss"]
+    genbench = read(run_dir / "genbench.json")
+    assert genbench["static_cache"]["generated_tokens"] == 8 * 16 and genbench["logprob_max_abs_diff"] < 1e-4
+    rl = read(run_dir / "rl_trloo.json")
+    assert rl["steps_done"] == 1 and not rl["resumed"]
+    (row,) = [json.loads(line) for line in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward_mean/turn_1", "fast@1/turn_1", "entropy", "grad_norm", "mrs/rejected_frac", "prs/rejected_frac"):
+        assert key in row, key
+    assert row["mrs/log_ratio_abs_max"] < 1e-3  # the sampler's log-probs are the trainer's
+    for name in ("sft", "rl_trloo"):
+        report = read(run_dir / f"eval_{name}.json")
+        for part, turns in (("heldout", 2), ("builtin", 2), ("heldout_stts", 3)):
+            summary = report[part]
+            assert summary["episodes"] == summary["tasks"] > 0
+            assert [r["turn"] for r in summary["per_turn"]] == list(range(1, turns + 1))
+            for key in ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations"):
+                assert key in summary
+            assert (run_dir / f"eval_{name}_{part}.jsonl").exists()
+
+
+def test_export_copies_only_the_small_files(smoke):
+    exported = {p.relative_to(smoke / "export").as_posix() for p in (smoke / "export").rglob("*") if p.is_file()}
+    assert {"genbench.json", "eval_sft.json", "eval_rl_trloo.json", "rl_trloo/log/metrics.jsonl"} <= exported
+    assert not any(p.endswith((".safetensors", ".bin", ".pt")) for p in exported)
+
+
+def test_rl_resumes_from_its_checkpoint_and_the_ablation_gets_its_own_folder(smoke):
+    run_dir = smoke / "run"
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=2")
+    rl = read(run_dir / "rl_trloo.json")
+    assert rl["steps_done"] == 2 and rl["resumed"]
+    steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off")
+    assert read(run_dir / "rl_grpo_noprs.json")["steps_done"] == 1
+    assert (run_dir / "rl_grpo_noprs" / "model" / "config.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--phase", "bogus"), "unknown phase 'bogus'"),
+    (("--set", "nope=1"), "--set 'nope=1'"),
+    (("--phase", "rl"), "run --phase sft first"),
+    (("--phase", "tokenizer", "--sft-data", "missing.parquet"), "missing.parquet: no such file"),
+    (("--phase", "sft", "--model", "not_a_model"), "not a local Hugging Face model folder"),
+])
+def test_everyday_mistakes_get_one_line(tmp_path, args, message):
+    done = run("--smoke", "--out", tmp_path / "empty", *args, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
