@@ -235,3 +235,49 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
         "hacks_per_100_evaluations": 100.0 * hacked / len(evaluated) if evaluated else 0.0,
         "reward_mean": sum(turn.reward for t in trajectories for turn in t.turns) / max(replies, 1),
     }
+
+
+# -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
+HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "evaluations")
+
+
+def read_run(run_dir: str | Path) -> dict:
+    """What bench/mini_drkernel.py left in `run_dir` (or its --export copy): {"phases": {name: JSON},
+    "evals": {checkpoint: JSON}, "rl_logs": {tag: run-log rows}}."""
+    from drk_lab.rl.runlog import read_log
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder (bench/mini_drkernel.py --out or --export)")
+    phases = {p.stem: json.loads(p.read_text()) for p in sorted(run_dir.glob("*.json")) if not p.stem.startswith("eval_")}
+    evals = {p.stem[len("eval_"):]: json.loads(p.read_text()) for p in sorted(run_dir.glob("eval_*.json"))}
+    logs = {p.name[len("rl_"):]: read_log(p / "log") for p in sorted(run_dir.glob("rl_*"))
+            if (p / "log" / "metrics.jsonl").exists()}
+    return {"phases": phases, "evals": evals, "rl_logs": logs}
+
+
+def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> list[dict]:
+    """One row per evaluated checkpoint, `baseline` (after SFT) first, then each RL run: correct rate,
+    Fast@1, Fast@1.2 (best over turns), mean coverage, hack attempts caught per 100 evaluations."""
+    names = sorted(run["evals"], key=lambda name: (name != baseline, name))
+    return [{"checkpoint": name, **{k: run["evals"][name][part].get(k) for k in HEADLINE}}
+            for name in names if part in run["evals"][name]]
+
+
+def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "builtin")) -> list[dict]:
+    """Fast@1, Fast@1.2 and correct rate per turn (that turn alone, and best so far) for every checkpoint
+    and part: the plain episodes and STTS."""
+    rows = []
+    for name, report in run["evals"].items():
+        for part in parts:
+            for turn in report.get(part, {}).get("per_turn", []):
+                rows.append({"checkpoint": name, "part": part, **turn})
+    return rows
+
+
+def timing_rows(run: dict) -> list[dict]:
+    """Seconds per phase as the run measured them."""
+    rows = [{"phase": name, "seconds": report.get("seconds")} for name, report in run["phases"].items()
+            if isinstance(report, dict) and "seconds" in report]
+    rows += [{"phase": f"eval {name}", "seconds": report.get("seconds")} for name, report in run["evals"].items()]
+    return rows

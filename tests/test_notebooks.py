@@ -28,7 +28,7 @@ def run(name: str, tmp_path: Path, **parameters) -> str:
 
 def test_the_notebooks_are_the_ones_the_readme_names():
     assert ALL == ["00_quickstart", "01_sft_coldstart", "02_rl_trloo", "03_diagnostics", "04_layernorm_case",
-                   "05_kernelbench_eval"]
+                   "05_kernelbench_eval", "06_mini_drkernel"]
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -94,3 +94,10 @@ def test_policy_over_a_task_set(tmp_path):
     text = run("05_kernelbench_eval", tmp_path, tasks="builtin:1", limit=2, turns=2, out=str(out),
                figure_name=str(tmp_path / "eval"))
     assert len(out.read_text().splitlines()) == 2 and "fast@1" in text
+
+
+def test_mini_drkernel(tmp_path):
+    text = run("06_mini_drkernel", tmp_path, figure_name=str(tmp_path / "mini"))
+    assert "rl_trloo" in text and "rl_grpo" in text and "heldout_stts" in text  # both RL runs, STTS rows
+    assert "static cache" in text and "hacks_per_100_evaluations" in text
+    assert (tmp_path / "mini_curves.html").exists()

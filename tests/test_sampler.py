@@ -74,6 +74,17 @@ def test_sampled_replies_score_the_same_in_the_trainer_and_rows_are_independent(
     assert torch.allclose(alone_raw[0], expected, atol=1e-4)
 
 
+def test_prefill_in_blocks_of_rows_changes_nothing(tiny, monkeypatch):
+    from drk_lab.rl import sampler
+
+    model, tokenizer = tiny
+    kw = {"pad_token_id": tokenizer.pad_token_id, "stop_token_ids": [-1], "temperature": 0}
+    whole = sample_tokens(model, prompts_of(tokenizer), 6, **kw)
+    monkeypatch.setattr(sampler, "PREFILL_TOKENS", 1)  # one row per block
+    blocked = sample_tokens(model, prompts_of(tokenizer), 6, **kw)
+    assert torch.equal(whole[0], blocked[0]) and torch.allclose(whole[1], blocked[1], atol=1e-5)
+
+
 def test_policy_stops_at_a_stop_token_and_reports_like_the_loop_policy(tiny):
     model, tokenizer = tiny
     messages = [[{"role": "user", "content": "relu"}]]

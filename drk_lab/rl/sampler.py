@@ -8,7 +8,8 @@ Why: TransformersPolicy's loop calls the model's forward once per token with a g
 in batches of `generation_batch_size`; for a small model the per-call overhead dominates (124 tokens/s
 on the H200 in the first RL run). Here all rows of a call decode together, the cache is one tensor per
 layer allocated once ([rows, kv heads, prompt + new tokens, head dim]), and each step runs only the
-layer arithmetic. For a model of a few tens of millions of parameters that is launch-bound, not
+layer arithmetic; grouped-query attention reads the cache without copying it. For a model of a few tens
+of millions of parameters that is launch-bound, not
 memory-bound, so batching all the step's rows is what buys the speed; CUDA graphs are not used (each
 step attends to a growing slice of the cache, a shape that changes every step).
 
@@ -32,6 +33,8 @@ from drk_lab.policies.base import Completion
 from drk_lab.policies.huggingface import truncate_logits
 from drk_lab.rl.rollout import TokenPolicy
 
+PREFILL_TOKENS = 2**26  # mask entries (rows x prompt x prompt) per prefill block
+
 
 def check_supported(model) -> None:
     base = getattr(model, "model", None)
@@ -53,6 +56,12 @@ class KVCache:
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.valid = torch.zeros(rows, length, dtype=torch.bool, device=device)  # written and not padding
 
+    def rows(self, start: int, stop: int) -> KVCache:
+        """A view of rows start..stop-1 (writes go to this cache)."""
+        view = KVCache.__new__(KVCache)
+        view.keys, view.values, view.valid = self.keys[:, start:stop], self.values[:, start:stop], self.valid[start:stop]
+        return view
+
 
 def _attention(layer, hidden, cos, sin, cache: KVCache, index: int, start: int, mask):
     """The layer's self-attention for new tokens at cache positions start..start+T-1."""
@@ -71,10 +80,13 @@ def _attention(layer, hidden, cos, sin, cache: KVCache, index: int, start: int, 
     cache.keys[index, :, :, start:end] = k
     cache.values[index, :, :, start:end] = v
     keys, values = cache.keys[index, :, :, :end], cache.values[index, :, :, :end]
-    groups = q.shape[1] // keys.shape[1]
-    if groups > 1:
-        keys, values = keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
+    kv_heads = keys.shape[1]
+    groups = q.shape[1] // kv_heads
+    # grouped-query attention without copying the cache: the `groups` query heads that share a key/value
+    # head become extra query rows of that head (query head h uses key/value head h // groups)
+    q = q.reshape(rows, kv_heads, groups * new, head_dim)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.repeat(1, 1, groups, 1), scale=attn.scaling)
+    out = out.view(rows, kv_heads * groups, new, head_dim)
     return attn.o_proj(out.transpose(1, 2).reshape(rows, new, -1))
 
 
@@ -120,7 +132,10 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
     stops = torch.tensor(stop_token_ids, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, raw_lps, sample_lps = [], [], []
-    logits = forward_step(model, ids, positions, cache, 0)
+    # the prompts in blocks of rows, so that the [rows, 1, T, T] mask and attention stay small
+    block = max(1, PREFILL_TOKENS // (width * width))
+    logits = torch.cat([forward_step(model, ids[r:r + block], positions[r:r + block], cache.rows(r, r + block), 0)
+                        for r in range(0, rows, block)])
     next_position = positions[:, -1:] + 1
     for step in range(max_new):
         raw = torch.log_softmax(logits, dim=-1)
