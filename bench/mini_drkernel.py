@@ -23,6 +23,16 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              built-in levels 1-2, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
              held-out tasks; temperature 0.7 -> eval_<checkpoint>.json (+ trajectories)
 
+On the H200 (docs/mini_drkernel.md; TRL and datasets as wheels in .whl/, installed once per machine):
+    [ -d /tmp/site/trl ] || pip install -q --no-deps --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site:$PWD timeout 590 python bench/mini_drkernel.py --out runs/mini \
+        --phase tokenizer,pretrain,sft,genbench,eval --checkpoint sft                        # command 1
+    PYTHONPATH=/tmp/site:$PWD timeout 590 python bench/mini_drkernel.py --out runs/mini \
+        --phase rl,eval --checkpoint rl_trloo                                                # command 2
+    PYTHONPATH=/tmp/site:$PWD timeout 590 python bench/mini_drkernel.py --out runs/mini \
+        --phase rl,eval --advantage grpo --checkpoint rl_grpo                                # command 3
+--export defaults to $OUT, so the small files come back after every phase.
+
 Time plan on one H200 (25 minutes of machine time, three commands of at most 10 minutes; checkpoints stay
 on the machine's disk between them, only --export files come back). Estimates: generation from the
 genbench phase's rate, evaluation from the earlier RL run (~0.1-0.5 s per evaluated reply in parallel
@@ -37,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import random
 import shutil
