@@ -16,7 +16,7 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   sft        rl/sft.py (TRL, assistant-only loss): 6 epochs over the SFT set, batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
-  rl         RLTrainer on the train split: 8 steps of 16 prompts x 8 samples x 2 turns, 512 new tokens,
+  rl         RLTrainer on the train split: 12 steps of 16 prompts x 8 samples x 2 turns, 512 new tokens,
              TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
              rl_<tag>/ckpt (a second call resumes), stops after the step that passes 330 s -> rl_<tag>/model
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL) and the
@@ -35,8 +35,8 @@ On the H200 (docs/mini_drkernel.md; TRL and datasets as wheels in .whl/, install
 
 Time plan on one H200 (25 minutes of machine time, three commands of at most 10 minutes; checkpoints stay
 on the machine's disk between them, only --export files come back). Estimates: generation from the
-genbench phase's rate, evaluation from the earlier RL run (~0.1-0.5 s per evaluated reply in parallel
-workers, replies without code cost nothing); the RL phase's time limit keeps command 2 and 3 inside 10 min.
+genbench phase's rate, evaluation from BENCHMARKS.md (~6 evaluations/s with 16 in flight; replies without
+code cost nothing); the RL phase's time limit keeps commands 2 and 3 inside 10 min.
   command 1 (~7 min): installs 0.3, tokenizer 0.5, pretrain 1.0, sft 1.5, genbench 0.5, eval sft 2.5
   command 2 (~8 min): rl (TRLOO) 5.5, eval rl_trloo 2.5
   command 3 (~8 min): rl (GRPO, the ablation) 5.5, eval rl_grpo 2.5

@@ -48,7 +48,7 @@ class MiniSettings:
     sft_max_length: int = 8192
     sft_max_steps: int = -1  # -1: sft_epochs decide
     # multi-turn RL (rl/trainer.py)
-    rl_steps: int = 8
+    rl_steps: int = 12
     prompts_per_step: int = 16
     samples: int = 8
     turns: int = 2
