@@ -55,7 +55,7 @@ class MiniSettings:
     max_new_tokens: int = 512
     max_context_tokens: int = 4096
     feedback_tokens: int = 512
-    rl_lr: float = 1e-5
+    rl_lr: float = 2e-5
     micro_batch_size: int = 16
     mini_batches: int = 2
     advantage: str = "trloo"  # or "grpo" (the ablation)

@@ -5,6 +5,8 @@ disturb each other, and an RL step with sampler="static" sees no mismatch. On a 
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -123,11 +125,10 @@ def test_an_rl_step_with_the_static_sampler_has_no_mismatch(tiny_path, relu_smal
 
 @pytest.mark.gpu
 def test_gpu_speed_of_a_30m_model():
-    from drk_lab.mini_drkernel import MiniSettings, build_model, generation_speed
-    from drk_lab.tiny_model import train_tokenizer
     from transformers import AutoModelForCausalLM
 
-    import tempfile
+    from drk_lab.mini_drkernel import MiniSettings, build_model, generation_speed
+    from drk_lab.tiny_model import train_tokenizer
 
     tokenizer = train_tokenizer(1024)
     with tempfile.TemporaryDirectory() as folder:
