@@ -15,6 +15,9 @@ from drk_lab.data.operators import ROW, base_name, triton_expression
 from drk_lab.data.spec import TaskSpec
 
 OUT = "y_ptr.dtype.element_ty"
+# milliseconds of warm-up and of timed runs per autotune configuration (triton.testing.do_bench's
+# defaults are 25 and 100): enough to rank a handful of configurations of one kernel
+BENCH_WARMUP_MS, BENCH_REP_MS = 5, 20
 CPU_NOTE = "if not torch.cuda.is_available():  # the interpreter cannot benchmark configurations: keep the first"
 
 
@@ -50,6 +53,15 @@ def configs(name: str, entries: list[tuple[dict, int]]) -> str:
     return f"{name} = [\n    {items},\n]\n{CPU_NOTE}\n    {name} = {name}[:1]\n"
 
 
+def autotune_decorator(name: str, key: str) -> str:
+    """@triton.autotune over the configurations `name`, keyed on `key` (argument names as a list literal),
+    timing each configuration briefly: Triton's default benchmark spends ~0.125 s of GPU time per
+    configuration and key, which in an evaluation's correctness trials costs more than the kernel's work."""
+    return (f'\n\n@triton.autotune(configs={name}, key={key},\n'
+            f'                 do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup={BENCH_WARMUP_MS}, '
+            f'rep={BENCH_REP_MS}, quantiles=quantiles))')
+
+
 # -- pointwise chain over a flat tensor ----------------------------------------------------------
 def chain_kernel(spec: TaskSpec, style: str, inner: str = "1") -> tuple[str, list[str]]:
     """The chain over every element. A bias is per feature: index (i // inner) % C."""
@@ -59,8 +71,8 @@ def chain_kernel(spec: TaskSpec, style: str, inner: str = "1") -> tuple[str, lis
     head = ""
     offs = "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
     if style == "autotune":
-        head = configs("CHAIN_CONFIGS", [({"BLOCK": 2048}, 8), ({"BLOCK": 1024}, 4), ({"BLOCK": 4096}, 8)])
-        head += '\n\n@triton.autotune(configs=CHAIN_CONFIGS, key=["n"])'
+        head = configs("CHAIN_CONFIGS", [({"BLOCK": 2048}, 8), ({"BLOCK": 1024}, 4)])
+        head += autotune_decorator("CHAIN_CONFIGS", '["n"]')
         # whole blocks start at multiples of BLOCK: tell the compiler, so loads and stores vectorise
         offs = "offs = tl.max_contiguous(tl.multiple_of(pid * BLOCK + tl.arange(0, BLOCK), BLOCK), BLOCK)"
     kernel = f'''{head}
@@ -169,7 +181,7 @@ def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
             lines += _finish(op) + [f"tl.store(y_ptr + row * N + cols, v.to({OUT}), mask=mask)"]
     head = ""
     if style == "autotune":
-        head = configs("ROW_CONFIGS", [({}, 8), ({}, 4), ({}, 16)]) + '\n\n@triton.autotune(configs=ROW_CONFIGS, key=["N"])'
+        head = configs("ROW_CONFIGS", [({}, 8), ({}, 4)]) + autotune_decorator("ROW_CONFIGS", '["N"]')
     body = "\n".join("    " + line for line in lines)
     kernel = f'''{head}
 @triton.jit

@@ -1,0 +1,71 @@
+"""run_teacher's continuous pool, with real evaluations in interpreter mode: a slow trajectory holds one slot
+while the other slot runs the next tasks (they end, and are written, first); the time limit starts nothing
+that would end after it; the teacher's autotuned turn stays small."""
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_data_teacher import ROWS, ROWS_SMALL, SPECS  # noqa: E402
+
+from drk_lab.agent.feedback import format_feedback  # noqa: E402
+from drk_lab.agent.trajectory import read_jsonl  # noqa: E402
+from drk_lab.data.generator import validate  # noqa: E402
+from drk_lab.data.spec import TaskSpec  # noqa: E402
+from drk_lab.data.teacher import solution  # noqa: E402
+from drk_lab.data.trajectories import done_tasks, run_teacher  # noqa: E402
+from drk_lab.harness.task import Task  # noqa: E402
+
+SLEEP_S = 0.5  # the harness calls the reference 7 times in an evaluation with one correctness trial
+
+
+def slow_copy(task: Task) -> Task:
+    """The same task (same reference output, so the teacher's kernels stay correct) whose reference sleeps in
+    every forward: each of its evaluations takes seconds in the real harness."""
+    source = task.source.replace("import torch\n", "import time\n\nimport torch\n", 1)
+    source = source.replace("        y = x\n", f"        time.sleep({SLEEP_S})\n        y = x\n", 1)
+    assert "time.sleep" in source
+    return Task("slow_" + task.name, source, small_sizes=dict(task.small_sizes))
+
+
+def test_a_slow_trajectory_does_not_hold_back_the_other_slot(tmp_path):
+    fast_specs = [SPECS["elementwise"], TaskSpec(1, None, ("relu",), "float32", ROWS, ROWS_SMALL)]
+    fast = [(spec, validate(spec).small()) for spec in fast_specs]
+    slow = (SPECS["elementwise"], slow_copy(fast[0][1]))
+    items = [slow] + fast
+    stats = run_teacher(items, tmp_path, turns=2, jobs=2, progress=False, device="cpu", correctness_trials=1)
+    assert stats["run"] == 3 and stats["peak_in_flight"] == 2 and not stats["stopped_at_time_limit"]
+    written = read_jsonl(tmp_path / "trajectories.jsonl")
+    # in lockstep batches the three would end together, in task order; in the pool the fast ones end first
+    assert [t.task for t in written] == [fast[0][1].name, fast[1][1].name, slow[1].name]
+    assert all(len(t.turns) == 2 and all(turn.result.ok for turn in t.turns) for t in written)
+    # each user message is KernelEnv's feedback on the turn before (the episode driver made it)
+    assert all(t.turns[0].feedback == format_feedback(t.turns[0].result, request=True) for t in written)
+
+
+def test_the_time_limit_starts_no_trajectory_that_would_end_after_it(tmp_path):
+    fast_spec = SPECS["elementwise"]
+    slow = (fast_spec, slow_copy(validate(fast_spec).small()))
+    fast = (fast_spec, validate(fast_spec).small())
+    kwargs = dict(turns=1, jobs=1, progress=False, device="cpu", correctness_trials=1)
+    stats = run_teacher([slow, fast], tmp_path, time_limit=1e-6, **kwargs)
+    assert stats["run"] == 0 and stats["stopped_at_time_limit"] and done_tasks(tmp_path) == set()
+    # the slow trajectory takes D >= 7 x 0.5 s; at its end the estimate (D) says a second one would end after
+    # 6.5 s (D + D > 6.5), so it is not started, although the clock (D, about 4 s) is still inside the limit
+    stats = run_teacher([slow, fast], tmp_path, time_limit=6.5, **kwargs)
+    assert stats["run"] == 1 and stats["stopped_at_time_limit"] and done_tasks(tmp_path) == {slow[1].name}
+    again = run_teacher([slow, fast], tmp_path, **kwargs)
+    assert again["skipped_done"] == 1 and again["run"] == 1  # a rerun resumes with what is left
+    assert done_tasks(tmp_path) == {slow[1].name, fast[1].name}
+
+
+def test_the_autotuned_turn_has_few_configurations_and_a_short_benchmark():
+    for kind, spec in SPECS.items():
+        third = solution(spec, 3)
+        tuned = third.count("@triton.autotune(")
+        assert tuned >= 1, kind
+        lists = re.findall(r"^[A-Z]+_CONFIGS = \[\n(.*?)\n\]", third, re.S | re.M)
+        assert len(lists) == tuned and all(2 <= block.count("triton.Config(") <= 4 for block in lists), kind
+        assert third.count("do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=5, rep=20") == tuned
