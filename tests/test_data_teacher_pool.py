@@ -6,6 +6,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_data_teacher import ROWS, ROWS_SMALL, SPECS  # noqa: E402
@@ -69,3 +71,19 @@ def test_the_autotuned_turn_has_few_configurations_and_a_short_benchmark():
         lists = re.findall(r"^[A-Z]+_CONFIGS = \[\n(.*?)\n\]", third, re.S | re.M)
         assert len(lists) == tuned and all(2 <= block.count("triton.Config(") <= 4 for block in lists), kind
         assert third.count("do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=5, rep=20") == tuned
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_baseline_is_measured_before_the_first_turn_by_workers_that_do_not_profile(tmp_path):
+    from drk_lab.harness import caller
+
+    spec = SPECS["normalisation"]
+    items = [(spec, validate(spec))]
+    stats = run_teacher(items, tmp_path, turns=3, jobs=1, progress=False, device="cuda", compile_baseline=False)
+    assert stats["run"] == 1
+    (trajectory,) = read_jsonl(tmp_path / "trajectories.jsonl")
+    assert any(d.startswith("cuda") and not profiles for d, _, profiles in caller._sandboxes)  # ensure_baselines'
+
+    for turn in trajectory.turns:  # the autotuned third turn included: correct, unflagged, timed
+        assert turn.result.ok and not turn.result.hacked and turn.result.timings_valid, turn.result.error
+        assert turn.result.ref_runtime_ms == trajectory.turns[0].result.ref_runtime_ms  # measured once
