@@ -39,6 +39,8 @@ def test_a_slow_trajectory_does_not_hold_back_the_other_slot(tmp_path):
     items = [slow] + fast
     stats = run_teacher(items, tmp_path, turns=2, jobs=2, progress=False, device="cpu", correctness_trials=1)
     assert stats["run"] == 3 and stats["peak_in_flight"] == 2 and not stats["stopped_at_time_limit"]
+    # both slots stay busy until the fast tasks run out: only the slow trajectory's last stretch is alone
+    assert 0.5 < stats["slots_busy_share"] <= 1.0
     written = read_jsonl(tmp_path / "trajectories.jsonl")
     # in lockstep batches the three would end together, in task order; in the pool the fast ones end first
     assert [t.task for t in written] == [fast[0][1].name, fast[1][1].name, slow[1].name]

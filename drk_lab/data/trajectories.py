@@ -97,7 +97,8 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
     once) the next starts, so no slot waits for another trajectory. devices: several GPUs ("cuda:0",
     "cuda:1", ...): the tasks are dealt out round-robin, a pool of `jobs` on each, one JSONL file per GPU.
     eval_kwargs go to the harness (device, timing_trials, correctness_trials, ...). Returns counts and
-    seconds, with the most trajectories seen in flight at once ("peak_in_flight")."""
+    seconds, the most trajectories seen in flight at once ("peak_in_flight") and the share of slot-seconds
+    that had a trajectory in them ("slots_busy_share")."""
     from concurrent.futures import ThreadPoolExecutor
 
     from drk_lab.agent.context import episode_schedule
@@ -119,6 +120,13 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
     guard = threading.Lock()  # the queues, the stats, the durations and the JSONL files
     durations: list[float] = []  # of finished trajectories, for the time limit's estimate
     in_flight = [0]
+    occupancy = [0.0, started]  # trajectory-seconds in flight so far, and when in_flight last changed
+
+    def count(change: int) -> None:  # under the guard
+        now = time.monotonic()
+        occupancy[0] += in_flight[0] * (now - occupancy[1])
+        occupancy[1] = now
+        in_flight[0] += change
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -135,7 +143,7 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
                 stats["stopped_at_time_limit"] = True
                 queue.clear()
                 return None
-            in_flight[0] += 1
+            count(+1)
             stats["peak_in_flight"] = max(stats["peak_in_flight"], in_flight[0])
             return queue.popleft()
 
@@ -157,7 +165,7 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
                 raise
             finally:
                 with guard:
-                    in_flight[0] -= 1
+                    count(-1)
             with guard:
                 write_jsonl([trajectory], path)
                 durations.append(time.monotonic() - begun)
@@ -172,6 +180,9 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
     if bar is not None:
         bar.close()
     stats["seconds"] = round(time.monotonic() - started, 1)
+    count(0)
+    # the share of the run's slot-seconds with a trajectory in them (below 1: slots idle, e.g. at the end)
+    stats["slots_busy_share"] = round(occupancy[0] / max(1e-9, (occupancy[1] - started) * jobs * len(lanes)), 3)
     return stats
 
 
