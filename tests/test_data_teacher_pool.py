@@ -1,12 +1,16 @@
 """run_teacher's continuous pool, with real evaluations in interpreter mode: a slow trajectory holds one slot
 while the other slot runs the next tasks (they end, and are written, first); the time limit starts nothing
-that would end after it; the teacher's autotuned turn stays small."""
+that would end after it. The teacher's autotuned turn stays small: two configurations, a short benchmark, and
+a single configuration (nothing timed) at the harness's other shape."""
 
+import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -18,6 +22,7 @@ from drk_lab.data.generator import validate  # noqa: E402
 from drk_lab.data.spec import TaskSpec  # noqa: E402
 from drk_lab.data.teacher import solution  # noqa: E402
 from drk_lab.data.trajectories import done_tasks, run_teacher  # noqa: E402
+from drk_lab.harness.shapes import other_shape  # noqa: E402
 from drk_lab.harness.task import Task  # noqa: E402
 
 SLEEP_S = 0.5  # the harness calls the reference 7 times in an evaluation with one correctness trial
@@ -65,6 +70,16 @@ def test_the_time_limit_starts_no_trajectory_that_would_end_after_it(tmp_path):
     assert done_tasks(tmp_path) == {slow[1].name, fast[1].name}
 
 
+def load_module(source: str, tmp_path, name: str):
+    """A generated module as the GPU sees it: all its configurations (the CPU branch keeps only the first)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source.replace("if not torch.cuda.is_available()", "if False"))
+    found = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
 def test_the_autotuned_turn_has_few_configurations_and_a_short_benchmark():
     for kind, spec in SPECS.items():
         third = solution(spec, 3)
@@ -73,6 +88,34 @@ def test_the_autotuned_turn_has_few_configurations_and_a_short_benchmark():
         lists = re.findall(r"^[A-Z]+_CONFIGS = \[\n(.*?)\n\]", third, re.S | re.M)
         assert len(lists) == tuned and all(2 <= block.count("triton.Config(") <= 4 for block in lists), kind
         assert third.count("do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup=5, rep=20") == tuned
+        assert third.count('prune_configs_by={"early_config_prune": ') == tuned
+
+
+def test_the_harness_other_shape_compiles_one_configuration_and_the_full_shape_tunes_two(tmp_path):
+    """The prune functions with the named arguments the kernels get at the task's full size and at the harness's
+    other shape (other_shape: SMALL_SIZES scaled): there a single configuration is left, so nothing is timed."""
+    for kind, spec in SPECS.items():
+        task = validate(spec)
+        module = load_module(solution(spec, 3), tmp_path, kind)
+        shapes = {"full": task.constants, "other": other_shape(task).sizes}
+        for label, sizes in shapes.items():
+            b, d = sizes["batch_size"], sizes.get("dim")
+            x = torch.empty(b, sizes.get("in_channels", 1), 1, 1, device="meta")
+            named = {
+                "chain_configs_for": {"n": b * sizes.get("seq_len", 1) * (d or 1)},
+                "row_configs_for": {"N": d or sizes.get("out_features")},
+                "gemm_configs_for": {"M": b, "N": sizes.get("out_features")},
+                "conv_configs_for": {"C_out": sizes.get("out_channels"), "H": sizes.get("height"),
+                                     "W": sizes.get("width"), "x_ptr": x},
+            }
+            for name, args in named.items():
+                prune = getattr(module, name, None)
+                if prune is None:
+                    continue
+                configs = getattr(module, name.split("_")[0].upper() + "_CONFIGS")
+                kept = prune(configs, args)
+                assert len(kept) == (2 if label == "full" else 1), (kind, name, label)
+                assert all(isinstance(c, triton.Config) for c in kept)
 
 
 @pytest.mark.gpu

@@ -9,7 +9,8 @@ fp32 tasks multiply in IEEE fp32 (input_precision="ieee"): PyTorch's fp32 matmul
 
 from __future__ import annotations
 
-from drk_lab.data.kernels_rows import OUT, autotune_decorator, bias_args, bias_names, chain_lines, configs
+from drk_lab.data.kernels_rows import (FILLS_THE_GPU, OUT, autotune_decorator, bias_args, bias_names, chain_lines,
+                                      configs, prune_function)
 from drk_lab.data.spec import TaskSpec
 
 PLAIN = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
@@ -40,11 +41,15 @@ def _epilogue(spec: TaskSpec, fused: bool, bias_load) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def _autotune_head(spec: TaskSpec, name: str, key: str) -> str:
+def _autotune_head(spec: TaskSpec, name: str, key: str, sizes: str) -> str:
+    """The configurations, their prune function (`sizes` binds the output's rows and cols per image, and
+    the images) and the decorator."""
     entries = _tiles(spec, "autotune")
     items = ",\n    ".join(f"triton.Config({meta!r}, num_warps={w}, num_stages={s})" for meta, w, s in entries)
     text = configs(name, [({}, 4)]).replace("triton.Config({}, num_warps=4)", items)
-    return text + autotune_decorator(name, key)
+    prune = name.split("_")[0].lower() + "_configs_for"
+    tiles = 'images * triton.cdiv(rows, c.kwargs["BLOCK_M"]) * triton.cdiv(cols, c.kwargs["BLOCK_N"])'
+    return text + prune_function(prune, sizes, tiles, 128, FILLS_THE_GPU) + autotune_decorator(name, key, prune)
 
 
 def _launch_meta(spec: TaskSpec, style: str) -> str:
@@ -61,7 +66,8 @@ def gemm_kernel(spec: TaskSpec, style: str, fused: bool) -> tuple[str, list[str]
                 "    rows_in_group = min(num_pid_m - first_m, GROUP_M)\n"
                 "    pid_m = first_m + (pid % group) % rows_in_group\n    pid_n = (pid % group) // rows_in_group\n"
                 if grouped else "    pid_m = pid // num_pid_n\n    pid_n = pid % num_pid_n\n"))
-    head = _autotune_head(spec, "GEMM_CONFIGS", '["M", "N", "K"]') if style == "autotune" else ""
+    head = _autotune_head(spec, "GEMM_CONFIGS", '["M", "N", "K"]',
+                          'rows, cols, images = named_args["M"], named_args["N"], 1') if style == "autotune" else ""
     group_param = ", GROUP_M: tl.constexpr" if grouped else ""
     kernel = f'''{head}
 @triton.jit
@@ -105,7 +111,9 @@ def linear_kernel(x_ptr, w_ptr, lin_b_ptr, {"".join(b + ", " for b in biases)}y_
 def conv_kernel(spec: TaskSpec, style: str, fused: bool) -> tuple[str, list[str]]:
     """Implicit GEMM: output channels x pixels of one image, reduced over in_channels x kernel window."""
     biases = bias_names(spec) if fused else []
-    head = _autotune_head(spec, "CONV_CONFIGS", '["C_in", "C_out", "H", "W"]') if style == "autotune" else ""
+    head = _autotune_head(spec, "CONV_CONFIGS", '["C_in", "C_out", "H", "W"]',
+                          'rows, cols = named_args["C_out"], named_args["H"] * named_args["W"]\n'
+                          '    images = named_args["x_ptr"].shape[0]') if style == "autotune" else ""
     group_param = ", GROUP_M: tl.constexpr" if style != "plain" else ""
     kernel = f'''{head}
 @triton.jit

@@ -11,6 +11,8 @@ where PyTorch's eager reference rounds too (so the kernel follows the reference'
 
 from __future__ import annotations
 
+import textwrap
+
 from drk_lab.data.operators import ROW, base_name, triton_expression
 from drk_lab.data.spec import TaskSpec
 
@@ -53,13 +55,34 @@ def configs(name: str, entries: list[tuple[dict, int]]) -> str:
     return f"{name} = [\n    {items},\n]\n{CPU_NOTE}\n    {name} = {name}[:1]\n"
 
 
-def autotune_decorator(name: str, key: str) -> str:
+def prune_function(fn_name: str, sizes: str, score: str, least: int, why: str) -> str:
+    """An early_config_prune function: `sizes` binds names from the kernel's named_args; it keeps the
+    configurations `c` whose `score` is at least `least`, or else the one with the highest score alone.
+    Small problems, such as the harness's other shape, then compile a single configuration and time none."""
+    doc = textwrap.fill(why, 96, initial_indent="    ", subsequent_indent="    ").strip()
+    return f'''
+
+def {fn_name}(configs, named_args, **kwargs):
+    """{doc}"""
+    {sizes}
+    scores = [{score} for c in configs]
+    kept = [c for c, s in zip(configs, scores) if s >= {least}]
+    return kept or [configs[scores.index(max(scores))]]
+'''
+
+
+def autotune_decorator(name: str, key: str, prune: str) -> str:
     """@triton.autotune over the configurations `name`, keyed on `key` (argument names as a list literal),
-    timing each configuration briefly: Triton's default benchmark spends ~0.125 s of GPU time per
-    configuration and key, which in an evaluation's correctness trials costs more than the kernel's work."""
+    pruned by the function `prune` and timing each configuration briefly: Triton's default benchmark
+    spends ~0.125 s per configuration and key, and a fresh module (each evaluation loads one) tunes again."""
     return (f'\n\n@triton.autotune(configs={name}, key={key},\n'
+            f'                 prune_configs_by={{"early_config_prune": {prune}}},\n'
             f'                 do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup={BENCH_WARMUP_MS}, '
             f'rep={BENCH_REP_MS}, quantiles=quantiles))')
+
+
+FILLS_THE_GPU = ("Configurations whose grid has at least 128 programs (fewer leave streaming multiprocessors idle); "
+                 "for a smaller problem, the one with the most programs alone.")
 
 
 # -- pointwise chain over a flat tensor ----------------------------------------------------------
@@ -72,7 +95,9 @@ def chain_kernel(spec: TaskSpec, style: str, inner: str = "1") -> tuple[str, lis
     offs = "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
     if style == "autotune":
         head = configs("CHAIN_CONFIGS", [({"BLOCK": 2048}, 8), ({"BLOCK": 1024}, 4)])
-        head += autotune_decorator("CHAIN_CONFIGS", '["n"]')
+        head += prune_function("chain_configs_for", 'n = named_args["n"]', 'triton.cdiv(n, c.kwargs["BLOCK"])', 128,
+                               FILLS_THE_GPU)
+        head += autotune_decorator("CHAIN_CONFIGS", '["n"]', "chain_configs_for")
         # whole blocks start at multiples of BLOCK: tell the compiler, so loads and stores vectorise
         offs = "offs = tl.max_contiguous(tl.multiple_of(pid * BLOCK + tl.arange(0, BLOCK), BLOCK), BLOCK)"
     kernel = f'''{head}
@@ -181,7 +206,12 @@ def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
             lines += _finish(op) + [f"tl.store(y_ptr + row * N + cols, v.to({OUT}), mask=mask)"]
     head = ""
     if style == "autotune":
-        head = configs("ROW_CONFIGS", [({}, 8), ({}, 4)]) + autotune_decorator("ROW_CONFIGS", '["N"]')
+        head = configs("ROW_CONFIGS", [({}, 8), ({}, 4)])
+        head += prune_function("row_configs_for", 'block = triton.next_power_of_2(named_args["N"])',
+                               "block // (32 * c.num_warps)", 4,
+                               "Warp counts that give each thread at least 4 of the row's elements (one 16-byte "
+                               "load of fp32); for a short row, the fewest warps alone.")
+        head += autotune_decorator("ROW_CONFIGS", '["N"]', "row_configs_for")
     body = "\n".join("    " + line for line in lines)
     kernel = f'''{head}
 @triton.jit
