@@ -1,10 +1,11 @@
 """The teacher's Triton pieces for the heads: a tiled GEMM (linear) and an implicit-GEMM conv.
 
-Each function returns (kernel source, tuning block (turn 3; else ""), forward lines); the forward lines read `x` and leave the head's
-output (with `fused`, the output of the whole pointwise chain) in `dst`. Styles as in kernels_rows:
-"plain" (fixed 64x64 tiles, the head alone), "tuned" (grouped tile order, larger tiles, more warps and
-stages, the chain fused into the epilogue), "autotune" (triton.autotune over tile configurations).
-fp32 tasks multiply in IEEE fp32 (input_precision="ieee"): PyTorch's fp32 matmul does not use TF32.
+Each function returns (kernel source, tuning block (turn 3; else ""), forward lines); the forward lines
+read `x` and leave the head's output (with `fused`, the output of the whole pointwise chain) in `dst`.
+Styles as in kernels_rows: "plain" (fixed 64x64 tiles, the head alone), "tuned" (grouped tile order,
+larger tiles, more warps and stages, the chain fused into the epilogue), "autotune" (triton.autotune over
+tile configurations). fp32 tasks multiply in IEEE fp32 (input_precision="ieee"): PyTorch's fp32 matmul
+does not use TF32.
 """
 
 from __future__ import annotations
