@@ -127,6 +127,12 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
         occupancy[0] += in_flight[0] * (now - occupancy[1])
         occupancy[1] = now
         in_flight[0] += change
+
+    def stop_starting() -> None:
+        with guard:
+            for queue in queues:
+                queue.clear()
+
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -159,9 +165,7 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
                 trajectory = run_many([task], policy, schedule, max_workers=1, progress=False, device=device,
                                       **eval_kwargs)[0]
             except BaseException:
-                with guard:  # the other slots start nothing more; the error reaches the caller
-                    for queue in queues:
-                        queue.clear()
+                stop_starting()  # the other slots start nothing more; the error reaches the caller
                 raise
             finally:
                 with guard:
@@ -175,8 +179,12 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
 
     with ThreadPoolExecutor(jobs * len(lanes)) as pool:
         slots = [pool.submit(slot, lane) for lane in range(len(lanes)) for _ in range(jobs)]
-        for future in slots:
-            future.result()
+        try:
+            for future in slots:
+                future.result()
+        except BaseException:  # an error or Ctrl-C: the trajectories in flight end (and are kept), no new one starts
+            stop_starting()
+            raise
     if bar is not None:
         bar.close()
     stats["seconds"] = round(time.monotonic() - started, 1)
