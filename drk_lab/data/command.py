@@ -48,10 +48,11 @@ def add_parser(sub) -> None:
     s.add_argument("--trajectories", type=_positive, default=1000, help="trajectories (one per task, in file order)")
     s.add_argument("--turns", type=_positive, default=3)
     s.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N; the CPU runs small sizes")
-    s.add_argument("--jobs", type=_positive, default=16, help="evaluations in flight (on each GPU)")
+    s.add_argument("--jobs", type=_positive, default=16,
+                   help="trajectories, and so evaluations, in flight (on each GPU); a new one starts as one ends")
     s.add_argument("--gpus", type=_positive, default=1, help="spread the trajectories over GPUs cuda:0..N-1")
-    s.add_argument("--time-limit", type=float, default=None, help="seconds: start no batch that would end later")
-    s.add_argument("--batch", type=_positive, default=None, help="trajectories per batch (default 4 x --jobs)")
+    s.add_argument("--time-limit", type=float, default=None,
+                   help="seconds: start no trajectory that would end later (judged by the mean so far)")
     s.add_argument("--trials", type=_positive, default=5, help="correctness trials per evaluation")
     s.add_argument("--timing-trials", type=_positive, default=100)
     s.add_argument("--eager-only", action="store_true",
@@ -150,7 +151,7 @@ def write_sft(args) -> int:
     loaded = loaded[: args.trajectories]
     # the CPU runs the interpreter at the tasks' SMALL_SIZES; a GPU runs the full sizes
     items = [(spec, task.small() if device == "cpu" else task) for spec, task, _ in loaded]
-    stats = run_teacher(items, out, turns=args.turns, jobs=args.jobs, time_limit=args.time_limit, batch=args.batch,
+    stats = run_teacher(items, out, turns=args.turns, jobs=args.jobs, time_limit=args.time_limit,
                         device=device, devices=devices, correctness_trials=args.trials, timing_trials=args.timing_trials,
                         compile_baseline=not args.eager_only)
     specs = {task.name: spec for spec, task in items}

@@ -1,9 +1,11 @@
 """The teacher's Triton pieces for pointwise chains and row operators, as source text per turn style.
 
-Each function returns (kernel source, forward lines); the forward lines read `src` (a contiguous
-tensor) and leave the result in `dst`. Styles: "plain" (turn 1: fixed blocks, rows in chunks),
+Each function returns (kernel source, tuning block (turn 3; else ""), forward lines); the forward
+lines read `src` (a contiguous tensor) and leave the result in `dst`. Styles: "plain" (turn 1: fixed blocks, rows in chunks),
 "tuned" (turn 2: larger blocks and more warps, the whole row in registers), "autotune" (turn 3:
-@triton.autotune over a few configurations; on the CPU the interpreter keeps the first).
+triton.autotune over two configurations, pruned for small problems, with a short benchmark; on the CPU
+the interpreter keeps the first). A turn-3 kernel is followed, after all kernels, by its tuning block
+(configurations, prune function, the autotuner around it): see autotune_wrap.
 
 Pointwise math runs in fp32 and, for fp16/bf16 tasks, rounds to the storage dtype after every step,
 where PyTorch's eager reference rounds too (so the kernel follows the reference's own rounding).
@@ -11,10 +13,15 @@ where PyTorch's eager reference rounds too (so the kernel follows the reference'
 
 from __future__ import annotations
 
+import textwrap
+
 from drk_lab.data.operators import ROW, base_name, triton_expression
 from drk_lab.data.spec import TaskSpec
 
 OUT = "y_ptr.dtype.element_ty"
+# milliseconds of warm-up and of timed runs per autotune configuration (triton.testing.do_bench's
+# defaults are 25 and 100): enough to rank a handful of configurations of one kernel
+BENCH_WARMUP_MS, BENCH_REP_MS = 5, 20
 CPU_NOTE = "if not torch.cuda.is_available():  # the interpreter cannot benchmark configurations: keep the first"
 
 
@@ -50,20 +57,56 @@ def configs(name: str, entries: list[tuple[dict, int]]) -> str:
     return f"{name} = [\n    {items},\n]\n{CPU_NOTE}\n    {name} = {name}[:1]\n"
 
 
+def prune_function(fn_name: str, sizes: str, score: str, least: int, why: str) -> str:
+    """An early_config_prune function: `sizes` binds names from the kernel's named_args; it keeps the
+    configurations `c` whose `score` is at least `least`, or else the one with the highest score alone.
+    Small problems, such as the harness's other shape, then compile a single configuration and time none."""
+    doc = textwrap.fill(why, 96, initial_indent="    ", subsequent_indent="    ").strip()
+    return f'''
+
+def {fn_name}(configs, named_args, **kwargs):
+    """{doc}"""
+    {sizes}
+    scores = [{score} for c in configs]
+    kept = [c for c, s in zip(configs, scores) if s >= {least}]
+    return kept or [configs[scores.index(max(scores))]]
+'''
+
+
+def autotune_wrap(kernel: str, name: str, key: str, prune: str) -> str:
+    """`kernel` = triton.autotune(...)(kernel): over the configurations `name`, keyed on `key` (argument names
+    as a list literal), pruned by the function `prune`, timing each configuration briefly (Triton's default
+    benchmark spends ~0.125 s per configuration and key, and each evaluation loads a fresh module that tunes
+    again). Applied after the kernel's definition rather than as its decorator, so the kernel starts on the
+    line it has in turn 2: Triton's compile cache key includes that line, so turn 2's compiled
+    configuration is found there."""
+    return (f'\n\n# Triton times the configurations left on the first call of each new key and keeps the fastest\n'
+            f'{kernel} = triton.autotune(\n'
+            f'    configs={name}, key={key}, prune_configs_by={{"early_config_prune": {prune}}},\n'
+            f'    do_bench=lambda fn, quantiles: triton.testing.do_bench(fn, warmup={BENCH_WARMUP_MS}, '
+            f'rep={BENCH_REP_MS}, quantiles=quantiles),\n)({kernel})\n')
+
+
+FILLS_THE_GPU = ("Configurations whose grid has at least 128 programs (fewer leave streaming multiprocessors idle); "
+                 "for a smaller problem, the one with the most programs alone.")
+
+
 # -- pointwise chain over a flat tensor ----------------------------------------------------------
-def chain_kernel(spec: TaskSpec, style: str, inner: str = "1") -> tuple[str, list[str]]:
+def chain_kernel(spec: TaskSpec, style: str, inner: str = "1") -> tuple[str, str, list[str]]:
     """The chain over every element. A bias is per feature: index (i // inner) % C."""
     biases = bias_names(spec)
     body = chain_lines(spec, lambda i: f"tl.load(b{i}_ptr + (offs // INNER) % C, mask=mask, other=0.0).to(tl.float32)")
     body_text = "\n".join("    " + line for line in body)
-    head = ""
+    tuning = ""
     offs = "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
     if style == "autotune":
-        head = configs("CHAIN_CONFIGS", [({"BLOCK": 2048}, 8), ({"BLOCK": 1024}, 4), ({"BLOCK": 4096}, 8)])
-        head += '\n\n@triton.autotune(configs=CHAIN_CONFIGS, key=["n"])'
+        tuning = configs("CHAIN_CONFIGS", [({"BLOCK": 2048}, 8), ({"BLOCK": 1024}, 4)])
+        tuning += prune_function("chain_configs_for", 'n = named_args["n"]', 'triton.cdiv(n, c.kwargs["BLOCK"])',
+                                 128, FILLS_THE_GPU)
+        tuning += autotune_wrap("chain_kernel", "CHAIN_CONFIGS", '["n"]', "chain_configs_for")
         # whole blocks start at multiples of BLOCK: tell the compiler, so loads and stores vectorise
         offs = "offs = tl.max_contiguous(tl.multiple_of(pid * BLOCK + tl.arange(0, BLOCK), BLOCK), BLOCK)"
-    kernel = f'''{head}
+    kernel = f'''
 @triton.jit
 def chain_kernel(x_ptr, {"".join(b + ", " for b in biases)}y_ptr, n, C, INNER, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
@@ -79,7 +122,7 @@ def chain_kernel(x_ptr, {"".join(b + ", " for b in biases)}y_ptr, n, C, INNER, B
     else:
         block, warps = (1024, 4) if style == "plain" else (4096, 8)
         launch = [f"chain_kernel[(triton.cdiv(n, {block}),)]({args}, BLOCK={block}, num_warps={warps})"]
-    return kernel, ["dst = torch.empty_like(src)", "n = src.numel()"] + launch
+    return kernel, tuning, ["dst = torch.empty_like(src)", "n = src.numel()"] + launch
 
 
 # -- row operators ---------------------------------------------------------------------------------
@@ -145,7 +188,7 @@ def _stats_chunked(op: str) -> list[str]:
             + ["    mx = tl.maximum(mx, tl.where(mask, x, float('-inf')))", "r = tl.max(mx, axis=0)"])
 
 
-def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
+def row_kernel(spec: TaskSpec, style: str) -> tuple[str, str, list[str]]:
     """The row operator over a (rows, N) view of `src`; `dst` gets the operator's output shape."""
     op = spec.row_op
     reduces = op in ("sum", "mean", "amax", "logsumexp")
@@ -167,11 +210,16 @@ def row_kernel(spec: TaskSpec, style: str) -> tuple[str, list[str]]:
             lines.append(f"tl.store(y_ptr + row, r.to({OUT}))")
         else:
             lines += _finish(op) + [f"tl.store(y_ptr + row * N + cols, v.to({OUT}), mask=mask)"]
-    head = ""
+    tuning = ""
     if style == "autotune":
-        head = configs("ROW_CONFIGS", [({}, 8), ({}, 4), ({}, 16)]) + '\n\n@triton.autotune(configs=ROW_CONFIGS, key=["N"])'
+        tuning = configs("ROW_CONFIGS", [({}, 8), ({}, 4)])
+        tuning += prune_function("row_configs_for", 'block = triton.next_power_of_2(named_args["N"])',
+                               "block // (32 * c.num_warps)", 4,
+                               "Warp counts that give each thread at least 4 of the row's elements (one 16-byte "
+                               "load of fp32); for a short row, the fewest warps alone.")
+        tuning += autotune_wrap("row_kernel", "ROW_CONFIGS", '["N"]', "row_configs_for")
     body = "\n".join("    " + line for line in lines)
-    kernel = f'''{head}
+    kernel = f'''
 @triton.jit
 def row_kernel(x_ptr, {params}y_ptr, N, eps, BLOCK: tl.constexpr):
 {body}
@@ -188,4 +236,4 @@ def row_kernel(x_ptr, {params}y_ptr, N, eps, BLOCK: tl.constexpr):
         forward.append(f"row_kernel[(rows,)]({args}, BLOCK=block, num_warps=min(16, max(4, block // 512)))")
     else:
         forward.append(f"row_kernel[(rows,)]({args}, BLOCK=triton.next_power_of_2(N))")
-    return kernel, forward
+    return kernel, tuning, forward

@@ -4,11 +4,14 @@
     rows = sft_rows(read_trajectories("out/sft"), specs)
 
 The teacher is a Policy (TeacherPolicy): asked for turn t of a task's episode, it answers with the
-teacher's turn-t reply. The episodes run on the one episode driver (agent/episodes.run_many), so every
-turn is evaluated by the harness, `jobs` evaluations in flight across trajectories, turn by turn, and
-each user message between turns is exactly KernelEnv's feedback. Finished trajectories are appended
-to trajectories.jsonl as they end (one file per GPU with several); a rerun skips the tasks already there, and `time_limit` stops
-starting new batches once the next batch would not finish in time, so a cut-short run keeps its work.
+teacher's turn-t reply. Each episode runs on the one episode driver (agent/episodes.run_many), so every
+turn is evaluated by the harness and each user message between turns is exactly KernelEnv's feedback.
+The episodes run in a continuous pool: `jobs` trajectories at once (so `jobs` evaluations in flight),
+and as soon as one ends it is appended to trajectories.jsonl (one file per GPU with several) and the
+next task starts; nothing waits for the slowest trajectory of a group. On a GPU each task's reference
+is timed once, before its first turn (measure_baseline). A rerun skips the tasks already there, and
+`time_limit` starts no trajectory that would end after it (judged by the mean duration so far), so a
+cut-short run keeps its work.
 
 The SFT rule: an assistant turn is kept only if it is correct and not flagged; a trajectory keeps its
 turns up to the first one that is not (the feedback after a failed turn is about that turn), then,
@@ -20,11 +23,14 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
 from drk_lab.agent.prompts import initial_prompt
+from drk_lab.agent.trajectory import write_jsonl
 from drk_lab.data.spec import TaskSpec
 from drk_lab.data.teacher import answer
 from drk_lab.policies.base import Completion
@@ -84,12 +90,15 @@ def read_trajectories(out_dir) -> list:
 
 
 def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3, jobs: int = 16,
-                time_limit: float | None = None, batch: int | None = None, progress: bool = True,
-                devices: list[str] | None = None, **eval_kwargs) -> dict:
+                time_limit: float | None = None, progress: bool = True, devices: list[str] | None = None,
+                **eval_kwargs) -> dict:
     """Teacher episodes for (spec, task) pairs, appended to out_dir/trajectories.jsonl (module docstring).
-    devices: several GPUs ("cuda:0", "cuda:1", ...): each batch is dealt out round-robin, `jobs` evaluations
-    in flight on each, one JSONL file per GPU. eval_kwargs go to the harness (device, timing_trials,
-    correctness_trials, ...). Returns counts and seconds."""
+    A continuous pool: `jobs` trajectories run at once, each turn by turn, and when one ends (written at
+    once) the next starts, so no slot waits for another trajectory. devices: several GPUs ("cuda:0",
+    "cuda:1", ...): the tasks are dealt out round-robin, a pool of `jobs` on each, one JSONL file per GPU.
+    eval_kwargs go to the harness (device, timing_trials, correctness_trials, ...). Returns counts and
+    seconds, the most trajectories seen in flight at once ("peak_in_flight") and the share of slot-seconds
+    that had a trajectory in them ("slots_busy_share")."""
     from concurrent.futures import ThreadPoolExecutor
 
     from drk_lab.agent.context import episode_schedule
@@ -105,39 +114,99 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
         lanes = [(d, out_dir / f"trajectories-{i}.jsonl") for i, d in enumerate(devices)]
     else:
         lanes = [(devices[0] if devices else device, out_dir / "trajectories.jsonl")]
-    size = batch or max(1, 4 * jobs * len(lanes))
-    stats = {"skipped_done": len(items) - len(todo), "run": 0, "stopped_at_time_limit": False}
+    queues = [deque(todo[i::len(lanes)]) for i in range(len(lanes))]
+    schedule = episode_schedule(turns)
+    stats = {"skipped_done": len(items) - len(todo), "run": 0, "stopped_at_time_limit": False, "peak_in_flight": 0}
+    guard = threading.Lock()  # the queues, the stats, the durations and the JSONL files
+    durations: list[float] = []  # of finished trajectories, for the time limit's estimate
+    in_flight = [0]
+    occupancy = [0.0, started]  # trajectory-seconds in flight so far, and when in_flight last changed
+
+    def count(change: int) -> None:  # under the guard
+        now = time.monotonic()
+        occupancy[0] += in_flight[0] * (now - occupancy[1])
+        occupancy[1] = now
+        in_flight[0] += change
+
+    def stop_starting() -> None:
+        with guard:
+            for queue in queues:
+                queue.clear()
+
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="trajectories", unit="traj")
 
-    def lane(index: int, chunk: list) -> None:
-        device, path = lanes[index]
-        mine = chunk[index::len(lanes)]
-        if mine:
-            policy = TeacherPolicy({initial_prompt(task): spec for spec, task in mine})
-            run_many([task for _, task in mine], policy, episode_schedule(turns), max_workers=jobs,
-                     progress=False, jsonl_path=path, device=device, **eval_kwargs)
-
-    last = 0.0
-    with ThreadPoolExecutor(len(lanes)) as pool:
-        for start in range(0, len(todo), size):
-            if time_limit is not None and time.monotonic() - started + last > time_limit:
+    def next_item(queue: deque):
+        with guard:
+            if not queue:
+                return None
+            # a trajectory that would end after the time limit is not started (estimate: the mean so far)
+            expected = statistics.fmean(durations) if durations else 0.0
+            if time_limit is not None and time.monotonic() - started + expected > time_limit:
                 stats["stopped_at_time_limit"] = True
-                break
-            chunk = todo[start:start + size]
+                queue.clear()
+                return None
+            count(+1)
+            stats["peak_in_flight"] = max(stats["peak_in_flight"], in_flight[0])
+            return queue.popleft()
+
+    def slot(lane: int) -> None:
+        device, path = lanes[lane]
+        while (item := next_item(queues[lane])) is not None:
+            spec, task = item
             begun = time.monotonic()
-            list(pool.map(lambda i: lane(i, chunk), range(len(lanes))))
-            last = time.monotonic() - begun
-            stats["run"] += len(chunk)
-            if bar is not None:
-                bar.update(len(chunk))
+            try:
+                if device not in (None, "cpu") and eval_kwargs.get("timing", True):
+                    measure_baseline(task, device, eval_kwargs)
+                policy = TeacherPolicy({initial_prompt(task): spec})
+                trajectory = run_many([task], policy, schedule, max_workers=1, progress=False, device=device,
+                                      **eval_kwargs)[0]
+            except BaseException:
+                stop_starting()  # the other slots start nothing more; the error reaches the caller
+                raise
+            finally:
+                with guard:
+                    count(-1)
+            with guard:
+                write_jsonl([trajectory], path)
+                durations.append(time.monotonic() - begun)
+                stats["run"] += 1
+                if bar is not None:
+                    bar.update(1)
+
+    with ThreadPoolExecutor(jobs * len(lanes)) as pool:
+        slots = [pool.submit(slot, lane) for lane in range(len(lanes)) for _ in range(jobs)]
+        try:
+            for future in slots:
+                future.result()
+        except BaseException:  # an error or Ctrl-C: the trajectories in flight end (and are kept), no new one starts
+            stop_starting()
+            raise
     if bar is not None:
         bar.close()
     stats["seconds"] = round(time.monotonic() - started, 1)
+    count(0)
+    # the share of the run's slot-seconds with a trajectory in them (below 1: slots idle, e.g. at the end)
+    stats["slots_busy_share"] = round(occupancy[0] / max(1e-9, (occupancy[1] - started) * jobs * len(lanes)), 3)
     return stats
+
+
+def measure_baseline(task, device: str, eval_kwargs: dict) -> None:
+    """The task's reference timings, measured and cached before its first turn, through the harness's
+    ensure_baselines: its workers never profile, so they skip the profiler's start-up, and a baseline job
+    (after which its worker retires) does not empty the pool of warm workers the evaluations use.
+    The first turn's evaluation then reads the cached timings."""
+    from drk_lab.harness.evaluate import ensure_baselines
+    from drk_lab.harness.timing import FLUSH_BYTES
+
+    ensure_baselines([task], device=device, max_in_flight=1, progress=False, warmup=eval_kwargs.get("warmup", 3),
+                     timing_trials=eval_kwargs.get("timing_trials", 100),
+                     flush_bytes=eval_kwargs.get("flush_bytes", FLUSH_BYTES),
+                     isolation=eval_kwargs.get("isolation", "fork"),
+                     compile_baseline=eval_kwargs.get("compile_baseline", True))
 
 
 def _speed(result) -> float | None:
