@@ -1,7 +1,7 @@
 #!/bin/bash
 # Fill .whl/ (.gitignore keeps it out of git) with the wheels that `drk serve` and the Ray pool need on the GPU machine,
 # which has Python 3.12 and no network; run it here, where pip reaches a package index:
-#   bench/device_wheels.sh            # prints what it saved and the total (about 27 MiB)
+#   bench/device_wheels.sh            # prints what it saved and the total (about 28 MiB)
 # On the GPU machine, carry .whl and begin the command with (then e.g. bench/gpu_run.sh service:900):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit;
 # Ray's own wheel is 76 MiB, over what a call may carry: bench/slim_ray.py rebuilds it without what a
@@ -16,6 +16,7 @@ WHEELS=(  # what the GPU image lacks, at versions tested together
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 annotated-doc==0.0.7
   typing-extensions==4.16.0  # pydantic needs >=4.16, newer than the image may hold
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1  # Ray's
+  trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19  # the RL trainer (bench/rl_run.py, rl_multi_gpu.py)
 )
 download() {
   "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
