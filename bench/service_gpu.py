@@ -3,7 +3,7 @@ machine with several GPUs, one Ray actor per GPU (per-GPU and total throughput, 
 
     OUT=out python bench/service_gpu.py                       # both phases (multi_gpu skips on one GPU)
     OUT=out python bench/service_gpu.py throughput --copies 2 --in-flight 8
-    OUT=out python bench/service_gpu.py multi_gpu
+    OUT=out python bench/service_gpu.py multi_gpu [--multi-gpu-pool threads]   # threads: no Ray needed
 
 throughput: the built-in suite's solutions (all levels, full size, timing and profiling on) plus `--copies`
 fresh variants of each (a unique comment in every kernel body: never seen by Triton's cache, as a model's
@@ -13,12 +13,15 @@ through `drk serve --pool local --slots N` on 127.0.0.1 (HTTP, store, job table)
 `drk serve --pool ray` (one actor per GPU); (4) pass (2)'s candidates again: all answered from the store.
 multi_gpu: RayPool on every GPU; each actor gets an equal share of fresh candidates; per-GPU
 evaluations/s, the total, and one solution (softmax, layernorm) timed on each GPU (median runtime per GPU
-and the spread across GPUs). Writes $OUT/service_gpu.json.
+and the spread across GPUs). Without Ray (or with `--multi-gpu-pool threads`): the same measurement with one
+drk.evaluate_many(device="cuda:N") per GPU, each in its own thread of this process. Writes
+$OUT/service_gpu.json. Ray and FastAPI on a machine without network: bench/device_wheels.sh, docs/service.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -57,6 +60,7 @@ def summary(results: list, wall: float) -> dict:
     return {"evaluations": len(results), "wall_s": round(wall, 2), "evaluations_per_s": round(len(results) / wall, 3),
             "correct": sum(r.correct for r in results), "hacked": sum(r.hacked for r in results),
             "errors": sorted({r.error_kind for r in results if r.error_kind}),
+            "hack_reasons": sorted({reason for r in results for reason in r.hack_reasons}),
             "median_speedup": statistics.median([r.speedup for r in results if r.speedup] or [0])}
 
 
@@ -117,18 +121,73 @@ def phase_throughput(copies: int, in_flight: int) -> dict:
     drk.shutdown()  # the GPU's worker pools belong to the server from here
     report["service_local_pool"] = through_service(fresh(base, copies), base[0], "--pool", "local", "--slots",
                                                    str(in_flight), again=True)
+    if not have_ray():
+        report["service_ray_pool"] = {"skipped": "ray is not installed (bench/device_wheels.sh)"}
+        return report
     report["service_ray_pool"] = through_service(fresh(base, copies), base[0], "--pool", "ray", "--slots", str(in_flight))
     return report
 
 
-def phase_multi_gpu(copies: int, in_flight: int) -> dict:
+def have_ray() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def gpu_count() -> int:
+    return torch.cuda.device_count()
+
+
+def phase_multi_gpu(copies: int, in_flight: int, pool_kind: str = "auto") -> dict:
+    gpus = gpu_count()
+    if gpus < 2:
+        return {"skipped": f"{gpus} GPU(s): one evaluator per GPU needs several"}
+    if pool_kind == "threads" or (pool_kind == "auto" and not have_ray()):
+        return {"pool": "threads"} | per_device_threads([f"cuda:{i}" for i in range(gpus)], copies, in_flight)
+    return {"pool": "ray"} | ray_actors(gpus, copies, in_flight)
+
+
+def per_device_threads(devices: list[str], copies: int, in_flight: int, pairs: list[tuple] | None = None,
+                       same_kernel_tasks: tuple[str, ...] = ("08_softmax", "10_layernorm")) -> dict:
+    """The multi-GPU measurement without Ray: one drk.evaluate_many(device=D) per device, each in a thread of
+    this process (the harness keeps one worker pool per device, and the GPU lock is per physical GPU)."""
+    base = pairs or solutions()
+    for device in devices:  # baselines and warm workers on every device first
+        drk.evaluate_many(base, device=device, max_in_flight=in_flight, progress=False, **OPTIONS)
+    per_device = {}
+
+    def run_on(index: int) -> None:
+        t0 = time.monotonic()
+        results = drk.evaluate_many(fresh(base, copies), device=devices[index], max_in_flight=in_flight,
+                                    progress=False, **OPTIONS)
+        per_device[index] = {"device": devices[index], **summary(results, time.monotonic() - t0)}
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(devices)) as threads:
+        list(threads.map(run_on, range(len(devices))))
+    total_wall = time.monotonic() - t0
+    share = len(base) * copies
+    same_kernel = {}
+    for name in same_kernel_tasks:
+        task, code = next((t, c) for t, c in base if t.name == name)
+        with ThreadPoolExecutor(len(devices)) as threads:
+            runs = list(threads.map(lambda d: drk.evaluate(task, code, device=d, timing_trials=200), devices))
+        same_kernel[name] = spread([r.runtime_ms for r in runs]) | {"devices": devices}
+    return {"gpus": len(devices), "per_gpu": [per_device[i] for i in range(len(devices))],
+            "total": {"evaluations": share * len(devices), "wall_s": round(total_wall, 2),
+                      "evaluations_per_s": round(share * len(devices) / total_wall, 3)},
+            "same_kernel_each_gpu": same_kernel}
+
+
+def spread(times: list) -> dict:
+    return {"runtime_ms_per_gpu": times,
+            "spread_pct": round(100 * (max(times) - min(times)) / min(times), 2) if all(times) else None}
+
+
+def ray_actors(gpus: int, copies: int, in_flight: int) -> dict:
+    """One RayPool actor per GPU, each with an equal share of fresh candidates."""
     import ray
 
     from drk_lab.service.ray_pool import RayPool
 
-    gpus = torch.cuda.device_count()
-    if gpus < 2:
-        return {"skipped": f"{gpus} GPU(s): one Ray actor per GPU needs several"}
     pool = RayPool(device="cuda", slots=in_flight)
     base = solutions()
     pool.evaluate_many(base, **OPTIONS)  # baselines on every GPU (each actor measures its own)
@@ -154,9 +213,7 @@ def phase_multi_gpu(copies: int, in_flight: int) -> dict:
         task = next(t for t in drk.builtin_tasks(level=1) if t.name == name)
         code = drk.builtin_solution(task)
         runs = ray.get([a.evaluate.remote(task.to_dict(), code, {"timing_trials": 200}) for a in pool.actors])
-        times = [r["runtime_ms"] for r in runs]
-        same_kernel[name] = {"runtime_ms_per_gpu": times, "gpus": [i["gpu"] for i in pool.infos],
-                             "spread_pct": round(100 * (max(times) - min(times)) / min(times), 2) if all(times) else None}
+        same_kernel[name] = spread([r["runtime_ms"] for r in runs]) | {"gpus": [i["gpu"] for i in pool.infos]}
     pool.close()
     return {"gpus": gpus, "actors": len(per_gpu), "per_gpu": list(per_gpu.values()),
             "total": {"evaluations": len(share) * len(per_gpu), "wall_s": round(total_wall, 2),
@@ -169,14 +226,21 @@ def main() -> None:
     parser.add_argument("phases", nargs="*", default=["throughput", "multi_gpu"])
     parser.add_argument("--copies", type=int, default=2, help="fresh variants of each solution per pass")
     parser.add_argument("--in-flight", type=int, default=8, help="evaluations at once (per GPU)")
+    parser.add_argument("--multi-gpu-pool", choices=["auto", "ray", "threads"], default="auto",
+                        help="multi_gpu: one Ray actor per GPU, or one evaluate_many thread per GPU (auto: Ray if installed)")
     args = parser.parse_args()
+    unknown = [p for p in args.phases if p not in ("throughput", "multi_gpu")]
+    if unknown:
+        print(f"bench/service_gpu.py: unknown phase {unknown[0]!r} (throughput, multi_gpu)", file=sys.stderr)
+        sys.exit(2)
     if not torch.cuda.is_available():
         raise SystemExit("bench/service_gpu.py needs a CUDA GPU (bench/service_load.py is the CPU load test)")
     OUT.mkdir(parents=True, exist_ok=True)
     report = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(0), "options": OPTIONS}
     for phase in args.phases:
         print(f"== {phase}", flush=True)
-        report[phase] = {"throughput": phase_throughput, "multi_gpu": phase_multi_gpu}[phase](args.copies, args.in_flight)
+        report[phase] = (phase_throughput(args.copies, args.in_flight) if phase == "throughput"
+                         else phase_multi_gpu(args.copies, args.in_flight, args.multi_gpu_pool))
         (OUT / "service_gpu.json").write_text(json.dumps(report, indent=1, default=str))
     print(json.dumps(report, indent=1, default=str))
 
