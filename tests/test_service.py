@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,15 @@ def test_a_repeated_request_is_answered_from_the_store(client, relu_small, relu_
     assert client.health()["evaluations"] == before  # no new evaluation
     assert again["result"] == first["result"]
     assert client.request("GET", f"/v1/jobs/{first['job_id']}/result") == first["result"]
+
+
+def test_a_cheat_is_caught_through_the_service_as_in_the_local_call(client):
+    """The other-shape check needs the task's SMALL_SIZES: a job rebuilt from its source without them only
+    changed the batch size, and a kernel that bakes in the row widths passed through the service."""
+    baked = (Path(drk.__file__).parents[1] / "data/hacks/shape_specialized__baked_sizes.py").read_text()
+    for task in ("level1/08_softmax", [t for t in drk.builtin_tasks(level=1) if t.name == "08_softmax"][0].small()):
+        r = client.evaluate(task, baked, seed=0, correctness_trials=3, timing=False, profile=False)
+        assert r.hacked and r.hack_reasons == ["shape_specialized"], (task if isinstance(task, str) else "source", r.error)
 
 
 def test_named_tasks_batch_and_workers(server, client, relu_solution):

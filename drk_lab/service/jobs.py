@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from drk_lab.harness.result import EvalResult
-from drk_lab.harness.task import Task
+from drk_lab.harness.task import Task, task_from_source
 from drk_lab.service.store import Store, result_key
 
 
@@ -103,8 +103,9 @@ class JobRunner:
 
     def run(self, key: str, request: dict) -> None:
         self.store.mark_running(key)
-        task = Task(name=request["task_name"], source=request["task_source"],
-                    full_sizes=request.get("task_full_sizes") or {}, size_reason=request.get("task_size_reason"))
+        # parsed like any task source (never run here), so that its SMALL_SIZES reach the other-shape check
+        task = replace(task_from_source(request["task_source"], request["task_name"], check=False),
+                       full_sizes=request.get("task_full_sizes") or {}, size_reason=request.get("task_size_reason"))
         try:
             result = self.pool.evaluate(task, request["code"], **request["options"])
         except Exception as e:  # the pool itself failed (not the candidate): the job fails, nothing is stored
