@@ -177,7 +177,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(batch_size, dim, dtype=torch.float16)]
+    return [0.5 * torch.randn(batch_size, dim, dtype=torch.float16)]  # no value of the softmax near 0.01
 
 
 def get_init_inputs():
@@ -207,10 +207,10 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_kernels_off_check_is_skipped_where_zeros_would_pass():
-    """A softmax over 4096 columns in fp16: every value (about 2.4e-4) is within the fp16 tolerance of zero,
-    so an output left unwritten passes the comparison and says nothing about who did the work (an honest
-    GEMM + softmax was once flagged `torch_does_the_work` on the H200 this way)."""
+def test_kernels_off_check_is_inconclusive_where_zeros_would_pass():
+    """A softmax over 4096 columns in fp16: every value (about 2.4e-4, at most about 0.002 for these inputs)
+    is within the fp16 tolerance of zero, so an output left unwritten passes the comparison and says nothing
+    about who did the work (an honest GEMM + softmax was once flagged `torch_does_the_work` on the H200)."""
     from drk_lab.harness.task import task_from_source
 
     task = task_from_source(LONG_ROW_SOFTMAX, "long_row_softmax", level=1)

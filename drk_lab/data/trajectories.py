@@ -33,6 +33,7 @@ from drk_lab.agent.prompts import initial_prompt
 from drk_lab.agent.trajectory import write_jsonl
 from drk_lab.data.spec import TaskSpec
 from drk_lab.data.teacher import answer
+from drk_lab.harness import models
 from drk_lab.policies.base import Completion
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -230,14 +231,10 @@ def kept_turns(traj) -> tuple[list, int]:
 
 
 def harness_version(traj) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        ours = version("drk_lab")
-    except PackageNotFoundError:
-        ours = "unknown"
+    """The harness's version (its release and a hash of its sources) and the torch and triton that ran."""
     versions = next((t.result.versions for t in traj.turns if t.result.versions), {})
-    return f"drk_lab {ours}; torch {versions.get('torch', '?')}; triton {versions.get('triton', '?')}"
+    return (f"drk_lab {models.harness_version()}; torch {versions.get('torch', '?')}; "
+            f"triton {versions.get('triton', '?')}")
 
 
 def sft_rows(trajectories, specs: dict[str, TaskSpec], splits: dict[str, str] | None = None) -> list[dict]:

@@ -82,8 +82,8 @@ def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, f
                     env: dict, compile_baseline: bool = True) -> dict:
     """Eager and torch.compile timings of the reference, measured once in a worker that loads no
     candidate code, then cached on disk (key: task source, device, versions, timing settings)."""
-    key = baseline_key(task.source + ("" if compile_baseline else "\n# eager only"), info.get("device_name", ""),
-                       info.get("versions", {}), warmup, trials, flush_bytes)
+    key = baseline_key(task.source, info.get("device_name", ""), info.get("versions", {}), warmup, trials,
+                       flush_bytes, compile_baseline)
     with _baseline_locks_guard:
         lock = _baseline_locks.setdefault(key, threading.Lock())
     with lock:

@@ -1,12 +1,15 @@
 """Building what a job runs: the reference and candidate modules from their files, the models (same
-seed, same weights), and each trial's inputs, created on the device."""
+seed, same weights), and each trial's inputs, created on the device; the versions of what runs them."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import os
 import sys
 import types
+from pathlib import Path
 
 import torch
 
@@ -67,3 +70,20 @@ def versions() -> dict:
     if torch.version.cuda:
         v["cuda"] = torch.version.cuda
     return v
+
+
+@functools.lru_cache(maxsize=1)
+def harness_version() -> str:
+    """drk_lab's release and a hash of the sources that decide a verdict (harness/ and hacks/): two
+    results with the same harness version were judged by the same code."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("harness/*.py"), *root.glob("hacks/*.py")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    try:
+        release = version("drk_lab")
+    except PackageNotFoundError:
+        release = "0"
+    return f"{release}+{digest.hexdigest()[:12]}"

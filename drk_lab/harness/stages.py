@@ -201,10 +201,10 @@ class JobRunner:
                    result: RawResult | None = None, ref=None) -> dict:
         """Warm the model up under the shared lock, then time it under the exclusive one. With
         kernel_names (a candidate with hack checks or profiling on), also its bandwidth against the
-        measured copy, its profile (kernel table, coverage; under the shared lock) and the speed-of-light
-        check. With `ref` (a candidate with hack checks on), the outputs of the last timed call and of a
-        few drawn at random are kept (copied after their trial, outside the timed region) and checked
-        afterwards, with one more trial."""
+        measured copy (input and output bytes counted from a timed call), its profile (kernel table,
+        coverage; under the shared lock) and the speed-of-light check. With `ref` (a candidate with hack
+        checks on), the outputs of the last timed call and of a few drawn at random are kept (copied after
+        their trial, outside the timed region) and checked afterwards, with one more trial."""
         self.stage("warm_up")
         with self.shared_gpu(), torch.no_grad():
             inputs = make_inputs(ref_module, self.job.timing_seed, self.device)
@@ -214,8 +214,13 @@ class JobRunner:
         checked = self.timed_calls_to_check() if ref is not None else set()
         kept: dict[int, list] = {}
         last = []  # the final trial of the latest chunk: the last timed call once timing stops
+        moved = []  # bytes of the inputs and of a timed call's outputs (sizes only: nothing is copied)
 
         def keep_output(trial: int, out, chunk_end: bool) -> None:
+            if not moved:
+                moved.append(profiler.io_bytes(inputs, out))
+            if ref is None:
+                return
             if trial in checked or chunk_end:
                 kept[trial] = correctness.clone_args(correctness.flatten(out))
             if chunk_end:
@@ -232,10 +237,6 @@ class JobRunner:
                 if kernel_names is not None:
                     copy = profiler.copy_bandwidth(self.device)  # measured once per device, with the GPU to itself
             self.end_stage()
-        if kernel_names is not None:
-            moved = profiler.io_bytes(inputs, kept[last[0]])
-        if ref is None:
-            kept.clear()
         findings = []
         if ref is not None:
             self.stage("after_timing")
@@ -247,7 +248,7 @@ class JobRunner:
         if kernel_names is None:
             self.raise_if_hacked(result, findings)
             return stats
-        fraction = profiler.achieved_bandwidth(moved, stats["median_ms"] * 1e-3, copy).get("fraction")
+        fraction = profiler.achieved_bandwidth(moved[0], stats["median_ms"] * 1e-3, copy).get("fraction")
         result.bandwidth_fraction = fraction
         if self.checks:  # both verdicts on what was timed: a cheap path that went wrong is usually also too fast
             findings += runtime_checks.speed_of_light_findings(fraction, stats["median_ms"])

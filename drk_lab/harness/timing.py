@@ -137,9 +137,11 @@ def run_trials(fn, args: list, warmup: int, trials: int, flush, lead_spin, new_e
 
 
 def baseline_key(task_source: str, device_name: str, versions: dict, warmup: int, trials: int,
-                 flush_bytes: int) -> str:
-    """Same task source (hence sizes and dtypes), device, library versions and timing settings."""
-    blob = json.dumps([task_source, device_name, versions, warmup, trials, flush_bytes, TIMING_METHOD], sort_keys=True)
+                 flush_bytes: int, compile_baseline: bool = True) -> str:
+    """Same task source (hence sizes and dtypes), device, library versions, timing settings, and whether
+    the torch.compile baseline is part of it."""
+    blob = json.dumps([task_source, device_name, versions, warmup, trials, flush_bytes, TIMING_METHOD,
+                       compile_baseline], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

@@ -16,9 +16,9 @@ import sqlite3
 import threading
 import time
 import uuid
-from functools import lru_cache
 from pathlib import Path
 
+from drk_lab.harness.models import harness_version
 from drk_lab.harness.result import EvalResult
 
 SCHEMA = """
@@ -33,20 +33,6 @@ CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 UNFINISHED = ("queued", "running")
 
 
-@lru_cache(maxsize=1)
-def harness_version() -> str:
-    """drk_lab's version and a hash of the sources that decide a verdict (harness/ and hacks/)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for path in sorted([*root.glob("harness/*.py"), *root.glob("hacks/*.py")]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    try:
-        release = version("drk_lab")
-    except PackageNotFoundError:
-        release = "0"
-    return f"{release}+{digest.hexdigest()[:12]}"
 
 
 def sha(text: str) -> str:
