@@ -22,6 +22,10 @@ from drk_lab.harness.validity import check_candidate
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
                    "where times mean nothing; speedups need a CUDA GPU")
 
+# CPython 3.11's ast.parse can fail when threads (evaluate_many's) parse at once ("SystemError: AST
+# constructor recursion depth mismatch"): the caller's checks that parse sources take milliseconds and
+# run one at a time.
+_PARSE_LOCK = threading.Lock()
 _baseline_locks: dict[str, threading.Lock] = {}
 _baseline_locks_guard = threading.Lock()
 
@@ -45,14 +49,17 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     for sets of thousands of new tasks, where compiling each reference costs more than its evaluations.
     """
     device = resolve_device(device)  # ValueError in one line for a device that is not there
-    static_failure = check_candidate(code)
+    with _PARSE_LOCK:
+        static_failure = check_candidate(code)
+        found = static_hack_check(code) if hack_checks and not static_failure else None
+        if not (static_failure or found):
+            size_note = task.size_note()
+            shape = other_shape(task) if hack_checks else None
     if static_failure:
         kind, message = static_failure
         return EvalResult(error_kind=kind, error=message)
-    if hack_checks:
-        found = static_hack_check(code)
-        if found:
-            return EvalResult(error_kind="hacked", error=found[1], hacked=True, hack_reasons=found[0])
+    if found:
+        return EvalResult(error_kind="hacked", error=found[1], hacked=True, hack_reasons=found[0])
     sandbox = get_sandbox(device, isolation, profiler=bool(profile))
     info = sandbox.start()
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -63,9 +70,8 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
               timeout_s=timeout_s + (STAGE_TIMEOUTS["ncu"] if profile == "ncu" else 0.0),
               stage_timeouts=stage_timeouts or {}, hack_checks=hack_checks, profile=profile,
               env={"TRITON_CACHE_DIR": str(cache_dir() / "triton")}, host_memory_bytes=host_memory_bytes or 0)
-    notes = [task.size_note()] if task.size_note() else []
+    notes = [size_note] if size_note else []
     if hack_checks:
-        shape = other_shape(task)
         if isinstance(shape, str):
             notes.append(shape)
         else:
