@@ -118,14 +118,22 @@ def phase_throughput(copies: int, in_flight: int) -> dict:
     t0 = time.monotonic()
     local = drk.evaluate_many(fresh(base, copies), max_in_flight=in_flight, **OPTIONS)
     report["in_process_evaluate_many"] = summary(local, time.monotonic() - t0)
+    save({"throughput (partial)": report})
     drk.shutdown()  # the GPU's worker pools belong to the server from here
     report["service_local_pool"] = through_service(fresh(base, copies), base[0], "--pool", "local", "--slots",
                                                    str(in_flight), again=True)
+    save({"throughput (partial)": report})
     if not have_ray():
         report["service_ray_pool"] = {"skipped": "ray is not installed (bench/device_wheels.sh)"}
         return report
     report["service_ray_pool"] = through_service(fresh(base, copies), base[0], "--pool", "ray", "--slots", str(in_flight))
     return report
+
+
+def save(report: dict) -> None:
+    """Written after every pass, so that a run cut short by its time limit still reports what it measured."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "service_gpu.json").write_text(json.dumps(report, indent=1, default=str))
 
 
 def have_ray() -> bool:
@@ -241,7 +249,7 @@ def main() -> None:
         print(f"== {phase}", flush=True)
         report[phase] = (phase_throughput(args.copies, args.in_flight) if phase == "throughput"
                          else phase_multi_gpu(args.copies, args.in_flight, args.multi_gpu_pool))
-        (OUT / "service_gpu.json").write_text(json.dumps(report, indent=1, default=str))
+        save(report)
     print(json.dumps(report, indent=1, default=str))
 
 

@@ -221,6 +221,70 @@ def test_kernels_off_check_is_inconclusive_where_zeros_would_pass():
     assert r.ok and not any("kernels-off" in n for n in r.notes)  # a tight atol: the check runs and passes
 
 
+NEAR_CONSTANT_SOFTMAX = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+batch_size = 8
+dim = 4096
+
+
+def get_inputs():
+    return [0.05 * torch.randn(batch_size, dim)]  # small logits: every value is close to 1/4096
+
+
+def get_init_inputs():
+    return []
+'''
+
+SOFTMAX_INTO_ONE_BUFFER = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + offs, mask=offs < n, other=float("-inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * n + offs, e / tl.sum(e, axis=0), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = {}  # one output buffer per shape, reused by every call
+
+    def forward(self, x):
+        y = self.out.get(x.shape)
+        if y is None:
+            y = self.out[x.shape] = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+'''
+
+
+def test_kernels_off_check_is_inconclusive_where_the_answer_for_other_inputs_would_pass():
+    """Small logits over 4096 columns: every value of the softmax is close to 1/4096, and the answer for
+    other inputs is within fp32 tolerance of this one. An honest kernel that writes into one buffer per
+    shape leaves the last answer there when its launches are switched off (an honest fp32 GEMM + softmax
+    of the teacher's H200 run was flagged `torch_does_the_work` in this way)."""
+    from drk_lab.harness.task import task_from_source
+
+    task = task_from_source(NEAR_CONSTANT_SOFTMAX, "near_constant_softmax", level=1)
+    r = drk.evaluate(task, SOFTMAX_INTO_ONE_BUFFER, device="cpu", correctness_trials=2)
+    assert r.ok and not r.hacked, r.error
+    assert ("kernels-off check inconclusive: the reference's output for other inputs is within tolerance "
+            "of this one") in r.notes
+
+
 def test_kernels_off_check_leaves_no_copy_of_the_answer_in_freed_memory():
     """The zero-tolerance test runs after the kernels-off call: run before it, its temporaries (|ref|,
     which is the answer for a ReLU + L2-norm output) were freed, handed back by torch.empty to the

@@ -48,7 +48,7 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
                      f"the same input buffers: {m}")]
         del out, before
         specs = correctness.tensor_specs(ref_out)
-        del ref_out
+        other_ref_out = ref_out  # kept alive (so never handed back to the candidate) for the test below
         inputs = models.make_inputs(ref_module, seed + 2, device)
         ref_out = ref(*correctness.clone_args(inputs))
         correctness.poison_memory(specs + correctness.tensor_specs(inputs), device)
@@ -65,12 +65,22 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
     if within_tolerance_of_zero(ref_out, atol, rtol):
         notes.append("kernels-off check inconclusive: the reference's output is within tolerance of zero")
         return []
+    # likewise where the answer for other inputs passes (a softmax over long rows of small logits is close
+    # to 1/n everywhere): a buffer the candidate reuses between calls still holds such an answer
+    if within_tolerance(other_ref_out, ref_out, atol, rtol):
+        notes.append("kernels-off check inconclusive: the reference's output for other inputs is within "
+                     "tolerance of this one")
+        return []
     return [("torch_does_the_work", "the output is still right with the candidate's Triton launches switched off")]
 
 def within_tolerance_of_zero(ref_out, atol: float | None, rtol: float | None) -> bool:
     zeros = [torch.zeros_like(r) if isinstance(r, torch.Tensor) else r for r in correctness.flatten(ref_out)]
+    return within_tolerance(zeros, ref_out, atol, rtol)
+
+
+def within_tolerance(out, ref_out, atol: float | None, rtol: float | None) -> bool:
     try:
-        correctness.compare(zeros, ref_out, atol, rtol)
+        correctness.compare(out, ref_out, atol, rtol)
     except correctness.Mismatch:
         return False
     return True
