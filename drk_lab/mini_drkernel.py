@@ -42,7 +42,7 @@ class MiniSettings:
     pretrain_length: int = 1024
     pretrain_lr: float = 1e-3
     # cold-start SFT (rl/sft.py on TRL, loss on assistant tokens)
-    sft_epochs: float = 6.0
+    sft_epochs: float = 1.0  # 1,020 conversations: about 128 steps, 1.5-2 minutes on an H200
     sft_batch: int = 8
     sft_lr: float = 3e-4
     sft_max_length: int = 8192
