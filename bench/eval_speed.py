@@ -175,10 +175,12 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     start = time.perf_counter()
     results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile)
     seconds = time.perf_counter() - start
-    stages = {}
+    stages, parts = {}, {}
     for r in results:
         for stage, t in (r.stage_seconds or {}).items():
             stages.setdefault(stage.rstrip("0123456789") or stage, []).append(t)
+        for part, t in r.trial_seconds.items():
+            parts.setdefault(part, []).append(t)
     return {"isolation": isolation, "profile": profile, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
@@ -186,6 +188,7 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
             "worker_uses": harness_settings().worker_uses if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
+            "median_trial_seconds": {k: statistics.median(v) for k, v in parts.items()},  # all trials together
             "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds),
             "gpu_lock": lock_holds(since, time.time())}
 

@@ -22,6 +22,11 @@ def test_every_builtin_solution_passes_at_small_size(tasks):
     for r in results:
         assert r.compiled and r.trials == 5 and len(r.seeds) == 6
         assert r.speedup is None and not r.timings_valid and "interpreter" in r.timing_note
+        # the trials' time by part: each part measured, together within the trial stages' time
+        parts = ("inputs", "poison", "candidate", "checks", "reference", "compare")
+        assert set(r.trial_seconds) == set(parts) and all(t > 0 for t in r.trial_seconds.values())
+        trials = sum(t for stage, t in r.stage_seconds.items() if stage.startswith("trial"))
+        assert sum(r.trial_seconds.values()) <= trials
 
 
 def stray_processes(marker: str) -> list[int]:

@@ -22,7 +22,7 @@ import drk_lab as drk  # noqa: E402
 from drk_lab.service.client import ServiceClient, ServiceError  # noqa: E402
 
 TOKEN = "test-token-0123456789abcdef"
-VOLATILE = {"worker_pid", "worker_job", "eval_seconds", "stage_seconds", "stdout"}
+VOLATILE = {"worker_pid", "worker_job", "eval_seconds", "stage_seconds", "trial_seconds", "stdout"}
 
 
 def free_port() -> int:

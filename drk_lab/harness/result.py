@@ -39,6 +39,9 @@ class EvalResult:
     bottleneck: str | None = None  # the profile in a sentence, for feedback
     max_abs_error: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # the correctness trials' seconds by part, summed over the trials: inputs, poison (freed memory
+    # filled), candidate (its call and a synchronize), checks, reference (call and synchronize), compare
+    trial_seconds: dict[str, float] = field(default_factory=dict)
     eval_seconds: float | None = None
     worker_pid: int | None = None  # the worker process that ran it
     worker_job: int = 0  # which job of that worker: 1 is a fresh worker, more is a reused one (reuse.py)

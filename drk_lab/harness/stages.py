@@ -117,16 +117,20 @@ class JobRunner:
         for i in range(trials):
             self.stage(f"trial{i}")
             with self.shared_gpu():
+                lap = time.perf_counter()
                 inputs = make_inputs(ref_module, job.trial_seeds[i], self.device)
                 pristine, new_inputs, ref_inputs = inputs, correctness.clone_args(inputs), correctness.clone_args(inputs)
+                lap = self.trial_part(result, "inputs", lap)
                 poisoned = specs + correctness.tensor_specs(inputs)
                 correctness.poison_memory(poisoned, self.device)
+                lap = self.trial_part(result, "poison", lap)
                 try:  # the candidate runs first: it cannot read what the reference just computed
                     with torch.no_grad(), self.launches() as launches:
                         out = new(*new_inputs)
                         sync(self.device)
                 except BaseException as e:
                     raise EvaluationFailure(classify(e), short_traceback(e)) from None
+                lap = self.trial_part(result, "candidate", lap)
                 result.compiled = True
                 label = f"trial {i}"
                 self.raise_if_hacked(result, runtime_checks.mutation_findings(pristine, new_inputs))
@@ -138,6 +142,7 @@ class JobRunner:
                     self.raise_if_hacked(result, findings)
                 if launches is not None:
                     kernel_names |= launches.names()
+                lap = self.trial_part(result, "checks", lap)
                 try:
                     with torch.no_grad():
                         ref_out = ref(*ref_inputs)
@@ -145,8 +150,10 @@ class JobRunner:
                 except BaseException as e:
                     raise EvaluationFailure("reference", "the reference forward failed: " + short_traceback(e)) \
                         from None
+                lap = self.trial_part(result, "reference", lap)
                 try:
                     err = correctness.compare(out, ref_out, job.atol, job.rtol)
+                    self.trial_part(result, "compare", lap)
                 except correctness.Mismatch as m:
                     if self.checks:
                         self.raise_if_hacked(result, runtime_checks.precision_findings(out, ref_out, label)
@@ -164,6 +171,13 @@ class JobRunner:
         if job.timing and self.device.type == "cuda":
             result.timing = self.time_model(ref_module, new, kernel_names if self.checks or self.profiling else None,
                                             result, ref=ref if self.checks else None)
+
+    @staticmethod
+    def trial_part(result: RawResult, name: str, since: float) -> float:
+        """Adds the seconds since `since` to the trials' part `name` and returns now."""
+        now = time.perf_counter()
+        result.trial_seconds[name] = result.trial_seconds.get(name, 0.0) + now - since
+        return now
 
     def freed_memory_findings(self, new, pristine, out, poisoned, label) -> list[tuple[str, str]]:
         """Only after a trial that went wrong (a mismatch, or a finding such as no launch): does its output
