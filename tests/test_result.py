@@ -51,6 +51,7 @@ def full_result() -> EvalResult:
         bottleneck="memory-bound at 91% of the copy bandwidth",
         max_abs_error=3.0517578125e-05,
         stage_seconds={"static": 0.001, "load": 1.5, "correctness": 2.25, "timing": 10.0},
+        trial_seconds={"inputs": 0.01, "poison": 0.02, "candidate": 1.5, "reference": 0.5, "compare": 0.125},
         eval_seconds=14.0,
         worker_pid=4242,
         worker_job=3,
