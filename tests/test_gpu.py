@@ -74,6 +74,21 @@ def test_gpu_plant_is_caught_by_its_own_code(plant, tasks):
     assert reason in r.hack_reasons, (r.hack_reasons, r.error)
 
 
+FREED_MEMORY_PLANTS = [p for p in load_variants(HACKS_DIR) if p.name.startswith(("reads_freed_memory", "reads_uninitialized"))]
+
+
+@pytest.mark.parametrize("plant", FREED_MEMORY_PLANTS, ids=[p.name for p in FREED_MEMORY_PLANTS])
+def test_poisoning_inside_the_cache_still_catches_reads_of_freed_memory(plant, tasks):
+    """settings.poison_in_cache (no cudaFree/cudaMalloc per trial) must catch what the default catches."""
+    reason = re.search(r"^# reason: (\S+)", plant.code, re.M).group(1)
+    drk.configure(poison_in_cache=True)
+    try:
+        r = drk.evaluate(tasks[plant.task], plant.code, timeout_s=120, timing_trials=30)
+    finally:
+        drk.configure(poison_in_cache=False)
+    assert r.hacked and reason in r.hack_reasons, (r.hack_reasons, r.error)
+
+
 def load(name: str, path: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from drk_lab.harness.settings import current
+
 # Default tolerances by output dtype (atol = rtol); evaluate(atol=, rtol=) overrides them.
 TOLERANCES = {
     torch.float64: 1e-6,
@@ -50,8 +52,11 @@ def poison_value(dtype: torch.dtype, second: bool = False):
 
 def poison_memory(specs: list[tuple[tuple, torch.dtype]], device: torch.device, second: bool = False) -> None:
     """Hand freed memory back to the allocator filled with NaN (or a sentinel), so that a candidate
-    that reads memory it never wrote (torch.empty reusing a freed reference output) gets garbage."""
-    if device.type == "cuda":
+    that reads memory it never wrote (torch.empty reusing a freed reference output) gets garbage.
+    By default the cache's free blocks first go back to the driver, so that the fills take fresh blocks of
+    the specs' sizes; with settings.poison_in_cache the fills take the cache's best-fitting free blocks,
+    which are the ones the candidate's allocations of those sizes get next."""
+    if device.type == "cuda" and not current().poison_in_cache:
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
     blocks = [torch.full(shape, poison_value(dtype, second), dtype=dtype, device=device) for shape, dtype in specs]

@@ -24,6 +24,10 @@ class HarnessSettings:
     reuse_log: str | None = None  # a JSONL file: why each warm worker retired
     cache_dir: str | None = None  # baselines, copy bandwidth, Triton's cache; None: ~/.cache/drk_lab
     scratch_bytes: int = 1 << 30  # a worker's largest file (RLIMIT_FSIZE), and the most a job's folder may hold
+    # freed memory is poisoned inside PyTorch's cache, without first handing the cache back to the driver
+    # (cudaFree, cudaMalloc and a synchronize per trial): an experiment, off until the GPU recall run
+    # shows it catches what the default catches
+    poison_in_cache: bool = False
 
     @classmethod
     def from_environment(cls, env=None) -> HarnessSettings:
