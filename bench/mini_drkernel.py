@@ -10,7 +10,7 @@ cold-start SFT, multi-turn RL with TRLOO + MRS + PRS, evaluation on held-out tas
 
 Phases (each writes JSON under --out; --export DIR copies the small files there, e.g. $OUT):
   tokenizer  BPE (vocab 8192) on the SFT conversations and 2,000 RL prompts; a random Qwen3-style model
-             (hidden 512, 8 layers, 8 heads / 4 KV heads, ~29M parameters with tied embeddings) -> init/
+             (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/
   pretrain   next-token training on the SFT conversations (all tokens): 300 steps of 32 x 1024 tokens,
              bf16 autocast -> pretrain/ (allowed by the issue; it gives SFT a model that already writes code)
   sft        rl/sft.py (TRL, assistant-only loss): 6 epochs over the SFT set, batch 8, lr 3e-4 -> sft/

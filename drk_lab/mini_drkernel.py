@@ -2,7 +2,7 @@
 
     settings = MiniSettings()                                   # the H200 sizes; MiniSettings.smoke() for the CPU
     tokenizer = build_tokenizer(settings, sft_texts, prompt_texts)
-    model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~29M parameters
+    model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~27M parameters
     pretrain(model_dir, tokenizer, sft_texts, settings, "out/pretrain")
     summary = summarize_evaluation(trajectories)                 # Fast@1 / Fast@1.2 per turn, coverage, hacks
 
