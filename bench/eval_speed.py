@@ -125,14 +125,8 @@ def phase_baselines():
     since, start = time.time(), time.perf_counter()
     baselines = ensure_baselines(ts, device=DEVICE, max_in_flight=IN_FLIGHT)
     wall = time.perf_counter() - start
-    holds = []
-    if os.environ.get("DRK_LOCK_LOG"):
-        with open(os.environ["DRK_LOCK_LOG"]) as f:
-            holds = [h for h in map(json.loads, f) if h["mode"] == "exclusive" and h["asked"] >= since]
-    held = sorted(h["released"] - h["got"] for h in holds)
     summary = {"tasks": len(ts), "wall_s": wall, "measured": sum(bool(b.get("eager")) for b in baselines),
-               "exclusive_holds": len(held), "median_hold_s": statistics.median(held) if held else None,
-               "max_hold_s": held[-1] if held else None,
+               "gpu_lock": lock_holds(since, time.time()),  # with DRK_LOCK_LOG: how long each timing held the GPU
                "trials": [b["eager"]["trials"] for b in baselines if b.get("eager")]}
     print(summary)
     save("baselines", summary)

@@ -34,6 +34,7 @@ def report(holds: list[dict]) -> dict:
         "exclusive_holds": len(exclusive),
         "exclusive_busy_fraction": sum(x["released"] - x["got"] for x in exclusive) / wall if wall else None,
         "exclusive_median_hold_s": statistics.median(x["released"] - x["got"] for x in exclusive) if exclusive else None,
+        "exclusive_max_hold_s": max((x["released"] - x["got"] for x in exclusive), default=None),
         "exclusive_median_wait_s": statistics.median(x["got"] - x["asked"] for x in exclusive) if exclusive else None,
         "exclusive_total_wait_s": sum(x["got"] - x["asked"] for x in exclusive),
         "shared": {label: {"count": row["count"], "median_hold_s": statistics.median(row["held_s"]),

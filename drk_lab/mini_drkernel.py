@@ -122,14 +122,13 @@ def build_tokenizer(settings: MiniSettings, sft_texts: list[str], prompt_texts: 
 
 def build_model(tokenizer, settings: MiniSettings, path: str | Path) -> Path:
     """A randomly initialised Qwen3ForCausalLM of the settings' size (float32), saved with the tokenizer."""
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import GenerationConfig, Qwen3ForCausalLM
 
-    config = Qwen3Config(
-        vocab_size=-(-len(tokenizer) // 64) * 64, hidden_size=settings.hidden_size,
-        intermediate_size=settings.intermediate_size, num_hidden_layers=settings.num_layers,
-        num_attention_heads=settings.num_heads, num_key_value_heads=settings.num_kv_heads,
-        head_dim=settings.head_dim, max_position_embeddings=settings.max_positions, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    from drk_lab.tiny_model import tiny_config
+
+    config = tiny_config(tokenizer, settings.hidden_size, settings.num_layers, settings.num_heads,
+                         num_kv_heads=settings.num_kv_heads, head_dim=settings.head_dim,
+                         intermediate_size=settings.intermediate_size, max_positions=settings.max_positions)
     torch.manual_seed(settings.seed)
     model = Qwen3ForCausalLM(config).float()
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,

@@ -110,19 +110,23 @@ def train_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None):
     return tokenizer
 
 
-def tiny_config(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4):
+def tiny_config(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+                num_kv_heads: int | None = None, head_dim: int | None = None, intermediate_size: int | None = None,
+                max_positions: int = 4096):
+    """A Qwen3Config for `tokenizer` with tied embeddings; unset sizes follow the tiny model's proportions
+    (half as many key-value heads, heads of hidden_size / num_heads, an MLP three times hidden_size)."""
     from transformers import Qwen3Config
 
     vocab_size = -(-len(tokenizer) // 64) * 64  # room to spare, a multiple of 64 as real models use
     return Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
-        intermediate_size=hidden_size * 3,
+        intermediate_size=intermediate_size or hidden_size * 3,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads // 2,
-        head_dim=hidden_size // num_heads,
-        max_position_embeddings=4096,
+        num_key_value_heads=num_kv_heads or num_heads // 2,
+        head_dim=head_dim or hidden_size // num_heads,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

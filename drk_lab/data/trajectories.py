@@ -62,14 +62,7 @@ def trajectory_files(out_dir) -> list[Path]:
 
 def done_tasks(out_dir) -> set[str]:
     """Task names of the trajectories already in a run folder (a torn last line is ignored)."""
-    names = set()
-    for path in trajectory_files(out_dir):
-        for line in path.read_text().splitlines():
-            try:
-                names.add(json.loads(line)["task"])
-            except (json.JSONDecodeError, KeyError):
-                continue
-    return names
+    return {traj.task for traj in read_trajectories(out_dir)}
 
 
 def read_trajectories(out_dir) -> list:

@@ -147,21 +147,27 @@ def evaluate_many(pairs: list[tuple[Task, str]], max_in_flight: int | None = Non
     Loading and correctness overlap across candidates; timing holds each GPU's lock alone.
     """
     kwargs["device"] = resolve_device(kwargs.get("device"))  # once, before any thread starts
-    max_in_flight = max_in_flight or max(1, min(len(pairs), (os.cpu_count() or 2)))
+    return map_in_threads(lambda pair: evaluate(pair[0], pair[1], **kwargs), pairs, max_in_flight,
+                          "evaluate" if progress else None, "eval")
+
+
+def map_in_threads(fn, items: list, max_in_flight: int | None, desc: str | None, unit: str) -> list:
+    """fn over items, up to max_in_flight at once (default: one per core), results in the order given;
+    with a progress bar named `desc` (None: no bar)."""
     bar = None
-    if progress:
+    if desc is not None:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(pairs), desc="evaluate", unit="eval")
+        bar = tqdm(total=len(items), desc=desc, unit=unit)
 
-    def one(pair):
-        result = evaluate(pair[0], pair[1], **kwargs)
+    def one(item):
+        result = fn(item)
         if bar is not None:
             bar.update(1)
         return result
 
-    with ThreadPoolExecutor(max_in_flight) as pool:
-        results = list(pool.map(one, pairs))
+    with ThreadPoolExecutor(max_in_flight or max(1, min(len(items), os.cpu_count() or 2))) as pool:
+        results = list(pool.map(one, items))
     if bar is not None:
         bar.close()
     return results
@@ -180,20 +186,6 @@ def ensure_baselines(tasks: list[Task], *, device: str | None = None, max_in_fli
     sandbox = get_sandbox(device, isolation, profiler=False)
     info = sandbox.start()
     env = {"TRITON_CACHE_DIR": str(cache_dir() / "triton")}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(tasks), desc="baselines", unit="task")
-
-    def one(task: Task) -> dict:
-        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, env, compile_baseline)
-        if bar is not None:
-            bar.update(1)
-        return baseline
-
-    with ThreadPoolExecutor(max_in_flight or max(1, min(len(tasks), os.cpu_count() or 2))) as pool:
-        results = list(pool.map(one, tasks))
-    if bar is not None:
-        bar.close()
-    return results
+    return map_in_threads(
+        lambda task: ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, env, compile_baseline),
+        tasks, max_in_flight, "baselines" if progress else None, "task")

@@ -251,6 +251,9 @@ def trloo_token_level(
     Neither passes `turn_ids`, so turns are then the contiguous runs of the response mask
     (environment tokens masked out between turns); a rejected turn must stay masked in, or
     be marked through `turn_ids`, to keep later turns aligned with the rest of the group.
+    Rewards on tokens outside the mask are ignored here (a rejected turn's). verl's stock agent
+    loops can put an episode's reward on such a token (a trailing observation or padding): for
+    verl, drk_lab.integrations.verl_estimator.register_trloo counts it for the turn before it.
     """
     return turn_advantages_token_level(
         token_level_rewards, response_mask, index, turn_ids, gamma,

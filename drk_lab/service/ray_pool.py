@@ -22,7 +22,6 @@ import queue
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from drk_lab.harness import settings as harness_settings
@@ -164,6 +163,7 @@ class RayPool:
         import ray
         from ray.exceptions import ActorUnavailableError, RayActorError
 
+        options.pop("device", None)  # each actor evaluates on its own device
         wait_s = options.get("timeout_s", 120.0) + MAX_LOCK_WAIT_S + 300.0  # the harness has its own limits
         notes = []
         for attempt in range(RETRIES + 1):
@@ -188,25 +188,11 @@ class RayPool:
 
     def evaluate_many(self, pairs: list[tuple[Task, str]], progress: bool = True, **options) -> list[EvalResult]:
         """Every pair on the pool, up to `capacity` at once; results in the order given."""
-        options.pop("device", None)  # each actor evaluates on its own device
+        from drk_lab.harness.evaluate import map_in_threads
+
         options.pop("max_in_flight", None)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(pairs), desc="evaluate (ray)", unit="eval")
-
-        def one(pair):
-            result = self.evaluate(pair[0], pair[1], **options)
-            if bar is not None:
-                bar.update(1)
-            return result
-
-        with ThreadPoolExecutor(max(1, min(len(pairs), self.capacity))) as pool:
-            results = list(pool.map(one, pairs))
-        if bar is not None:
-            bar.close()
-        return results
+        return map_in_threads(lambda pair: self.evaluate(pair[0], pair[1], **options), pairs,
+                              max(1, min(len(pairs), self.capacity)), "evaluate (ray)" if progress else None, "eval")
 
     def refresh_infos(self) -> None:
         """Ask each actor again who it is (a restarted actor has a new pid)."""

@@ -30,9 +30,6 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (key);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 """
-UNFINISHED = ("queued", "running")
-
-
 
 
 def sha(text: str) -> str:
@@ -99,9 +96,6 @@ class Store:
         job = dict(zip(names, rows[0]))
         job["cached"] = bool(job["cached"])
         return job
-
-    def job_request(self, job_id: str) -> dict:
-        return json.loads(self._rows("SELECT request FROM jobs WHERE id = ?", (job_id,))[0][0])
 
     def mark_running(self, key: str) -> None:
         with self.lock:
