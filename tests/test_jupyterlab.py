@@ -14,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NOTEBOOK = "04_layernorm_case.ipynb"
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
 
 
@@ -23,15 +24,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def accept_dialogs(page, seen: list[str]) -> None:
-    """Answer whatever dialog JupyterLab shows (a slow kernel start, a restart prompt) as a user would,
-    noting its text: an open dialog takes every click meant for the menus."""
-    dialog = page.locator(".jp-Dialog")
+def accept_dialogs(page, seen: list[str]) -> int:
+    """Answer whatever dialog JupyterLab shows (which kernel to start, a restart prompt) as a user would,
+    noting its text: an open dialog takes every click meant for the menus. Returns how many it answered."""
+    dialog, answered = page.locator(".jp-Dialog"), len(seen)
     while dialog.count():
         seen.append(" ".join(dialog.first.inner_text().split())[:200])
         button = page.locator(".jp-Dialog .jp-mod-accept")
         (button.first if button.count() else page.locator(".jp-Dialog button").first).click(timeout=10_000)
         page.wait_for_timeout(500)
+    return len(seen) - answered
 
 
 @pytest.fixture
@@ -39,53 +41,63 @@ def jupyterlab(tmp_path):
     """JupyterLab serving a copy of notebooks/, so that autosave never touches the committed files."""
     shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
     port, token = free_port(), "drk-test-token"
+    # start the notebook's kernel without asking: a cold kernel start otherwise brings up a "Select Kernel"
+    # dialog, and a run-all clicked meanwhile is lost
+    settings = tmp_path / "config/lab/user-settings/@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"autoStartDefaultKernel": true}')
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "run")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--allow-root",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(tmp_path / "jupyterlab.log", "wb") as log_file:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+             f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--allow-root",
+             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+            env=env, stdout=log_file, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        server.kill()
-        pytest.fail("JupyterLab did not start")
-    yield url, token, tmp_path
-    server.terminate()
-    server.wait(timeout=20)
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"JupyterLab did not start; {log_tail(tmp_path)}")
+        yield url, token, tmp_path
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def log_tail(folder: Path) -> str:
+    return "JupyterLab's log ends:\n" + (folder / "jupyterlab.log").read_text()[-2000:]
 
 
 def test_the_case_notebook_runs_and_the_inspector_plays_to_turn_3(jupyterlab):
     sync_api = pytest.importorskip("playwright.sync_api")
-    url, token, _ = jupyterlab
+    url, token, folder = jupyterlab
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{url}/lab/tree/notebooks/04_layernorm_case.ipynb?token={token}")
+        page.goto(f"{url}/lab/tree/notebooks/{NOTEBOOK}?token={token}")
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
-        turn = page.locator(".drk-turn").first
+        idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        turn = page.locator(".drk-turn")
         dialogs: list[str] = []
-        for attempt in range(3):  # a kernel still settling can drop a run-all: restart it and run again
-            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=120_000)
-            accept_dialogs(page, dialogs)
-            page.get_by_role("menuitem", name="Run").click()
-            page.locator("li[data-command='runmenu:run-all']").click()
-            try:
-                turn.wait_for(timeout=90_000)
-                break
-            except sync_api.TimeoutError:
-                page.screenshot(path=str(jupyterlab[2] / f"attempt{attempt}.png"))  # for the report
-                accept_dialogs(page, dialogs)
-                page.get_by_role("menuitem", name="Kernel").click()
-                page.locator("li[data-command='kernelmenu:restart']").click()
-                page.locator(".jp-Dialog .jp-mod-accept").click(timeout=30_000)
-        else:
-            pytest.fail(f"the notebook never showed the inspector (dialogs: {dialogs}); screenshots in {jupyterlab[2]}")
+        deadline, last_run = time.monotonic() + 240, -1e9
+        while not turn.count():
+            if accept_dialogs(page, dialogs):  # a run-all clicked behind a dialog is lost: click it again
+                last_run = -1e9
+            # run all once the kernel is idle; again if a run-all left it idle without the inspector
+            if idle.count() and time.monotonic() - last_run > 30:
+                page.get_by_role("menuitem", name="Run").click()
+                page.locator("li[data-command='runmenu:run-all']").click()
+                last_run = time.monotonic()
+            if time.monotonic() > deadline:
+                page.screenshot(path=str(folder / "timeout.png"))
+                pytest.fail(f"the notebook never showed the inspector (dialogs: {dialogs}); "
+                            f"a screenshot is in {folder}; {log_tail(folder)}")
+            page.wait_for_timeout(1000)
         page.locator(".widget-play button").first.click()  # the inspector's play button
         page.wait_for_function("() => [...document.querySelectorAll('.drk-turn')]"
                                ".some(e => e.textContent.includes('turn 3 of 3'))", timeout=60_000)
