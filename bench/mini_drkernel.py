@@ -12,8 +12,8 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   tokenizer  BPE (vocab 8192) on the SFT conversations and 2,000 RL prompts; a random Qwen3-style model
              (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/
   pretrain   next-token training on the SFT conversations (all tokens): 300 steps of 32 x 1024 tokens,
-             bf16 autocast -> pretrain/ (allowed by the issue; it gives SFT a model that already writes code)
-  sft        rl/sft.py (TRL, assistant-only loss): 6 epochs over the SFT set, batch 8, lr 3e-4 -> sft/
+             bf16 autocast -> pretrain/ (optional, --set pretrain_steps=0; it gives SFT a model that already writes code)
+  sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set, batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
   rl         RLTrainer on the train split: 12 steps of 16 prompts x 8 samples x 2 turns, 512 new tokens,
