@@ -1,0 +1,51 @@
+#!/bin/bash
+# The mini Dr. Kernel run on the H200 in calls of at most BUDGET seconds each; every call does the next
+# phases still missing in runs/mini (the machine's disk keeps them between calls while it is held) and
+# stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
+#   bash bench/mini_device.sh 540 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
+# Order: tokenizer, pretrain, sft, genbench, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation:
+# the same rl_steps), eval rl_grpo. An RL phase cut by the budget resumes from its last step's checkpoint.
+# Small results come back as $OUT/mini.tgz (JSON, JSONL, the log).
+set -u
+budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}
+shift
+cd "$(dirname "$0")/.."
+run=runs/mini
+results=/tmp/mini_results
+mkdir -p "$results" "$run"
+export PYTHONPATH=/tmp/site:$PWD
+if ! python3 -c "import trl, datasets" 2>/dev/null; then  # TRL and datasets with what the GPU image lacks of their needs
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .whl/trl-*.whl .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl || exit 1
+fi
+left() { echo $((budget - SECONDS)); }
+phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left of the budget
+  local need=$1
+  shift
+  if [ "$(left)" -lt "$need" ]; then
+    echo "stopped: $(left) s left, '$*' needs about $need s"
+    pack
+    exit 0
+  fi
+  echo "== $* ($(left) s left)"
+  timeout $(($(left) - 10)) python bench/mini_drkernel.py --out $run --export $results "$@" >>"$results/log.txt" 2>&1
+  local rc=$?
+  tr '\r' '\n' <"$results/log.txt" | grep -v -E '[0-9]+%\|' | tail -n 4
+  pack
+  [ $rc -eq 0 ] || { echo "failed (exit $rc); the log is in mini.tgz"; exit $rc; }
+}
+pack() { tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null; }
+
+[ -f $run/init/config.json ] || phase 120 --phase tokenizer "$@"
+[ -f $run/pretrain.json ] || phase 150 --phase pretrain "$@"
+[ -f $run/sft/config.json ] || phase 200 --phase sft "$@"
+[ -f $run/genbench.json ] || phase 90 --phase genbench "$@"
+[ -f $run/eval_sft.json ] || phase 240 --phase eval --checkpoint sft "$@"
+# RL stops (and checkpoints) after the step that passes the time limit; the next call resumes it
+rl_done() { python3 -c "import json, sys; sys.exit(json.load(open('$run/rl_$1.json'))['stopped_by_time_limit'])" 2>/dev/null; }
+rl_done trloo || phase 200 --phase rl --advantage trloo --set rl_time_limit_s=$(($(left) - 110)) "$@"
+[ -f $run/eval_rl_trloo.json ] || phase 240 --phase eval --checkpoint rl_trloo --advantage trloo "$@"
+rl_done grpo || phase 200 --phase rl --advantage grpo --set rl_time_limit_s=$(($(left) - 110)) "$@"
+[ -f $run/eval_rl_grpo.json ] || phase 240 --phase eval --checkpoint rl_grpo --advantage grpo "$@"
+echo "all done"
+pack
