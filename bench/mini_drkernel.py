@@ -121,9 +121,10 @@ def need(path: Path, phase: str) -> Path:
 
 # -- phases ------------------------------------------------------------------------------------------
 def phase_tokenizer(args, settings, out: Path) -> dict:
-    from drk_lab.mini_drkernel import build_model, build_tokenizer, conversation_texts, parameter_count
+    from drk_lab.mini_drkernel import build_model, build_tokenizer, conversation_texts, parameter_count, reply_token_lengths
 
-    sft_texts = conversation_texts(sft_dataset(args))
+    dataset = sft_dataset(args)
+    sft_texts = conversation_texts(dataset)
     prompts = [t.source for t in rl_tasks(args, "train", settings.tokenizer_prompts, settings)]
     tokenizer = build_tokenizer(settings, sft_texts, prompts)
     path = build_model(tokenizer, settings, out / "init")
@@ -131,8 +132,16 @@ def phase_tokenizer(args, settings, out: Path) -> dict:
 
     params = parameter_count(AutoModelForCausalLM.from_pretrained(path))
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in sft_texts]
+    replies = sorted(reply_token_lengths(dataset, tokenizer))
+    within = sum(n < settings.max_new_tokens for n in replies) / len(replies)  # the stop token needs one more
+    if within < 0.9:
+        print(f"warning: only {within:.0%} of the teacher's replies fit in max_new_tokens={settings.max_new_tokens}"
+              f" tokens (90th percentile {replies[len(replies) * 9 // 10]})", flush=True)
     return {"vocab": len(tokenizer), "parameters": params, "sft_rows": len(sft_texts),
-            "sft_tokens": sum(lengths), "sft_tokens_max": max(lengths)}
+            "sft_tokens": sum(lengths), "sft_tokens_max": max(lengths),
+            "reply_tokens": {"p50": replies[len(replies) // 2], "p90": replies[len(replies) * 9 // 10],
+                             "max": replies[-1]},
+            "replies_within_max_new_tokens": within}
 
 
 def start_model(args, out: Path) -> Path:
@@ -260,13 +269,22 @@ def phase_eval(args, settings, out: Path) -> dict:
                   **eval_kwargs(settings))
     label = Path(name).name
     report = {"checkpoint": str(path)}
-    for part, tasks, schedule in (("heldout", heldout, episode_schedule(settings.eval_turns)),
-                                  ("builtin", builtin, episode_schedule(settings.eval_turns)),
-                                  ("heldout_stts", heldout[: settings.stts_tasks], stts_schedule(*settings.stts))):
+    # held-out and built-in tasks share one batch: decoding a model this small costs per step, not per row
+    runs = [(("heldout", "builtin"), heldout + builtin, episode_schedule(settings.eval_turns)),
+            (("heldout_stts",), heldout[: settings.stts_tasks], stts_schedule(*settings.stts))]
+    for parts, tasks, schedule in runs:
+        if not tasks:
+            continue
         started = time.perf_counter()
         trajectories = run_many(tasks, policy, schedule, **common)
-        write_jsonl(trajectories, out / f"eval_{label}_{part}.jsonl", append=False)
-        report[part] = {**summarize_evaluation(trajectories), "tasks": len(tasks), "seconds": time.perf_counter() - started}
+        seconds = time.perf_counter() - started
+        for part, part_tasks in zip(parts, (heldout, builtin) if len(parts) == 2 else (tasks,)):
+            names = {t.name for t in part_tasks}
+            mine = [t for t in trajectories if t.task in names]
+            if mine:
+                write_jsonl(mine, out / f"eval_{label}_{part}.jsonl", append=False)
+                report[part] = {**summarize_evaluation(mine), "tasks": len(part_tasks)}
+        report.setdefault("seconds_by_batch", {})["+".join(parts)] = seconds
     return report
 
 

@@ -42,18 +42,20 @@ class MiniSettings:
     pretrain_length: int = 1024
     pretrain_lr: float = 1e-3
     # cold-start SFT (rl/sft.py on TRL, loss on assistant tokens)
-    sft_epochs: float = 1.0  # 1,020 conversations: about 128 steps, 1.5-2 minutes on an H200
+    sft_epochs: float = 2.0  # 1,020 conversations: about 256 steps, 2.5-3 minutes on an H200
     sft_batch: int = 8
     sft_lr: float = 3e-4
     sft_max_length: int = 8192
     sft_max_steps: int = -1  # -1: sft_epochs decide
     # multi-turn RL (rl/trainer.py)
-    rl_steps: int = 12
-    prompts_per_step: int = 16
+    rl_steps: int = 8
+    prompts_per_step: int = 8
     samples: int = 8
     turns: int = 2
-    max_new_tokens: int = 512
-    max_context_tokens: int = 4096
+    # with the tokenizer made here the teacher's first replies are 1,270 tokens at the median, 1,578 at
+    # the 90th percentile and 1,955 at most; at 512 tokens 86% of them would be cut off
+    max_new_tokens: int = 1792
+    max_context_tokens: int = 6144  # first prompt (<= 967) + reply + feedback (<= 512) + reply
     feedback_tokens: int = 512
     rl_lr: float = 2e-5
     micro_batch_size: int = 16
@@ -107,6 +109,13 @@ def conversation_texts(dataset, tokenizer=None) -> list[str]:
         else:
             texts.append(tokenizer.apply_chat_template(list(messages), tokenize=False))
     return texts
+
+
+def reply_token_lengths(dataset, tokenizer) -> list[int]:
+    """The tokens of every assistant reply in the SFT set: a sampler whose max_new_tokens is under most
+    of them cuts replies off before their code block closes, and RL then sees almost no reward."""
+    return [len(tokenizer(m["content"], add_special_tokens=False)["input_ids"])
+            for messages in dataset["messages"] for m in messages if m["role"] == "assistant"]
 
 
 # -- tokenizer and model ---------------------------------------------------------------------------
@@ -213,8 +222,9 @@ def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token
 # -- evaluation summary ----------------------------------------------------------------------------
 def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
     """What an evaluation shows: per turn Fast@p and correct rate (and best so far), over all
-    evaluations the mean coverage of the correct kernels, and reward-hack attempts caught per 100
-    evaluations (replies with no code are not evaluations)."""
+    evaluations the mean coverage of the correct kernels, reward-hack attempts caught per 100
+    evaluations (replies with no code are not evaluations), and the share of replies cut off by the
+    token limit."""
     from drk_lab.agent.metrics import fast_p_table
 
     per_task = {f"{t.task}#{t.sample}": [turn.result for turn in t.turns] for t in trajectories}
@@ -223,9 +233,11 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
     coverage = [r.coverage for r in evaluated if r.correct and not r.hacked and r.coverage is not None]
     hacked = sum(1 for r in evaluated if r.hacked)
     replies = sum(len(t.turns) for t in trajectories)
+    cut_off = sum(turn.finish_reason == "length" for t in trajectories for turn in t.turns)
     last = table[-1] if table else {}
     return {
         "episodes": len(trajectories), "replies": replies, "evaluations": len(evaluated),
+        "cut_off_rate": cut_off / replies if replies else 0.0,  # replies that hit max_new_tokens
         "per_turn": table,
         "correct_rate": last.get("best_correct", 0.0),
         "fast@1": last.get("best_fast@1", 0.0), "fast@1.2": last.get("best_fast@1.2", 0.0),
@@ -237,7 +249,8 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
 
 
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
-HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "evaluations")
+HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "evaluations",
+            "cut_off_rate")
 
 
 def read_run(run_dir: str | Path) -> dict:

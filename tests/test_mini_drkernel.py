@@ -47,6 +47,8 @@ def test_every_phase_writes_its_results(smoke):
     tokenizer = read(run_dir / "tokenizer.json")
     shipped = len(pd.read_parquet(REPO / "data" / "sft" / "sft.parquet"))
     assert tokenizer["parameters"] > 10_000 and tokenizer["sft_rows"] == shipped > 1000
+    # the smoke sizes allow 24 new tokens: no teacher reply fits, and the phase says so
+    assert tokenizer["reply_tokens"]["p50"] > 24 and tokenizer["replies_within_max_new_tokens"] == 0
     pretrain = read(run_dir / "pretrain.json")
     assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
     assert read(run_dir / "sft.json")["loss"]
@@ -58,6 +60,7 @@ def test_every_phase_writes_its_results(smoke):
     for key in ("reward_mean/turn_1", "fast@1/turn_1", "entropy", "grad_norm", "mrs/rejected_frac", "prs/rejected_frac"):
         assert key in row, key
     assert row["mrs/log_ratio_abs_max"] < 1e-3  # the sampler's log-probs are the trainer's
+    assert row["cut_off_frac"] > 0.5  # a barely trained model rarely stops within 24 tokens
     for name in ("sft", "rl_trloo"):
         report = read(run_dir / f"eval_{name}.json")
         for part, turns in (("heldout", 2), ("builtin", 2), ("heldout_stts", 3)):
@@ -66,7 +69,10 @@ def test_every_phase_writes_its_results(smoke):
             assert [r["turn"] for r in summary["per_turn"]] == list(range(1, turns + 1))
             for key in ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations"):
                 assert key in summary
-            assert (run_dir / f"eval_{name}_{part}.jsonl").exists()
+            turns_run = [t for line in (run_dir / f"eval_{name}_{part}.jsonl").read_text().splitlines()
+                         for t in json.loads(line)["turns"]]
+            cut = sum(t["finish_reason"] == "length" for t in turns_run)
+            assert summary["cut_off_rate"] == cut / len(turns_run) and summary["replies"] == len(turns_run)
 
 
 def test_export_copies_only_the_small_files(smoke):

@@ -186,7 +186,10 @@ class TokenTurns:
                 if text is not None:
                     completions[k] = forced_completion(self.policy, prompts[k], text)
                     self.stats["forced_replies"] += 1
-        self.stats["generated_tokens"] += sum(len(c.token_ids) for c in completions if not c.extra.get("forced"))
+        sampled = [c for c in completions if not c.extra.get("forced")]
+        self.stats["generated_tokens"] += sum(len(c.token_ids) for c in sampled)
+        self.stats["sampled_replies"] += len(sampled)
+        self.stats["cut_off_replies"] += sum(c.finish_reason == "length" for c in sampled)
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
         return completions
 
@@ -216,7 +219,8 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
     """
     policy = TokenPolicy.wrap(policy)
     schedule = schedule or episode_schedule()
-    stats = {"generated_tokens": 0, "prompt_tokens": 0, "forced_replies": 0, "prompt_too_long": 0, "context_full": 0}
+    stats = {"generated_tokens": 0, "prompt_tokens": 0, "forced_replies": 0, "prompt_too_long": 0, "context_full": 0,
+             "sampled_replies": 0, "cut_off_replies": 0}
     episodes, group = [], []
     for g, task in enumerate(tasks):
         for s in range(samples):

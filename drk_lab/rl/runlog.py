@@ -90,8 +90,9 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     denominators summed before dividing); the MRS weight statistics and the times are this process's.
 
     Keys: step, lr; reward_mean, reward_mean/turn_t, fast@1/turn_t, fast@1.2/turn_t, correct/turn_t, fast@1/best (any turn
-    fast); valid_turn_frac, advantage_abs_mean; mrs/rejected_frac (trajectories MRS rejects, logged even
-    with MRS off), prs/rejected_frac (of all turns), prs/rejected_frac_of_judged; entropy, clip_low,
+    fast); valid_turn_frac, advantage_abs_mean, cut_off_frac (sampled replies that hit max_new_tokens);
+    mrs/rejected_frac (trajectories MRS rejects, logged even with MRS off), prs/rejected_frac (of all
+    turns), prs/rejected_frac_of_judged; entropy, clip_low,
     clip_high, clip_dual, ratio_mean, approx_kl (per trained token); loss (the sequence-mean loss, mean
     over optimizer steps), grad_norm (before clipping), optimizer_steps; token and sequence counts; MRS
     weight and log-ratio statistics; time/generation_s, time/evaluation_s, time/rollout_s,
@@ -117,6 +118,8 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     pairs["reward_mean"] = (float(batch.rewards[batch.exists].sum()), exists)
     pairs["valid_turn_frac"] = (float(valid.sum()), exists)
     pairs["advantage_abs_mean"] = (float(adv[valid].abs().sum()), float(valid.sum()))
+    # replies that hit max_new_tokens: when most are cut off, rewards are sparse whatever the model knows
+    pairs["cut_off_frac"] = (float(stats["cut_off_replies"]), float(stats["sampled_replies"]))
     pairs["mrs/rejected_frac"] = (filter_metrics["mrs/rejected"], b)
     if "prs/rejected" in filter_metrics:
         pairs["prs/rejected_frac"] = (filter_metrics["prs/rejected"], exists)

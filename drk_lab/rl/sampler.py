@@ -86,7 +86,7 @@ def _attention(layer, hidden, cos, sin, cache: KVCache, index: int, start: int, 
     # head become extra query rows of that head (query head h uses key/value head h // groups)
     q = q.reshape(rows, kv_heads, groups * new, head_dim)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.repeat(1, 1, groups, 1), scale=attn.scaling)
-    out = out.view(rows, kv_heads * groups, new, head_dim)
+    out = out.reshape(rows, kv_heads * groups, new, head_dim)  # CUDA's attention may return it non-contiguous
     return attn.o_proj(out.transpose(1, 2).reshape(rows, new, -1))
 
 
