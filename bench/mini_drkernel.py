@@ -10,37 +10,24 @@ cold-start SFT, multi-turn RL with TRLOO + MRS + PRS, evaluation on held-out tas
 
 Phases (each writes JSON under --out; --export DIR copies the small files there, e.g. $OUT):
   tokenizer  BPE (vocab 8192) on the SFT conversations and 2,000 RL prompts; a random Qwen3-style model
-             (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/
+             (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/;
+             reports how many of the teacher's replies fit in max_new_tokens
   pretrain   next-token training on the SFT conversations (all tokens): 300 steps of 32 x 1024 tokens,
              bf16 autocast -> pretrain/ (optional, --set pretrain_steps=0; it gives SFT a model that already writes code)
-  sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set, batch 8, lr 3e-4 -> sft/
+  sft        rl/sft.py (TRL, assistant-only loss): 2 epochs over the SFT set, batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
-  rl         RLTrainer on the train split: 12 steps of 16 prompts x 8 samples x 2 turns, 512 new tokens,
+  rl         RLTrainer on the train split: 8 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
              TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
-             rl_<tag>/ckpt (a second call resumes), stops after the step that passes 330 s -> rl_<tag>/model
+             rl_<tag>/ckpt (a second call resumes), stops after the step that passes rl_time_limit_s
+             -> rl_<tag>/model
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL) and the
-             built-in levels 1-2, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
+             built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
              held-out tasks; temperature 0.7 -> eval_<checkpoint>.json (+ trajectories)
 
-On the H200 (docs/mini_drkernel.md; TRL and datasets as wheels in .whl/, installed once per machine):
-    [ -d /tmp/site/trl ] || pip install -q --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:$PWD timeout 590 python bench/mini_drkernel.py --out runs/mini \
-        --phase tokenizer,pretrain,sft,genbench,eval --checkpoint sft                        # command 1
-    PYTHONPATH=/tmp/site:$PWD timeout 590 python bench/mini_drkernel.py --out runs/mini \
-        --phase rl,eval --checkpoint rl_trloo                                                # command 2
-    PYTHONPATH=/tmp/site:$PWD timeout 590 python bench/mini_drkernel.py --out runs/mini \
-        --phase rl,eval --advantage grpo --checkpoint rl_grpo                                # command 3
---export defaults to $OUT, so the small files come back after every phase.
-
-Time plan on one H200 (25 minutes of machine time, three commands of at most 10 minutes; checkpoints stay
-on the machine's disk between them, only --export files come back). Estimates: generation from the
-genbench phase's rate, evaluation from BENCHMARKS.md (~6 evaluations/s with 16 in flight; replies without
-code cost nothing); the RL phase's time limit keeps commands 2 and 3 inside 10 min.
-  command 1 (~7 min): installs 0.3, tokenizer 0.5, pretrain 1.0, sft 1.5, genbench 0.5, eval sft 2.5
-  command 2 (~8 min): rl (TRLOO) 5.5, eval rl_trloo 2.5
-  command 3 (~8 min): rl (GRPO, the ablation) 5.5, eval rl_grpo 2.5
-One seed only: three seeds of the headline comparison do not fit in 25 minutes.
+On the H200, bench/mini_device.sh runs these phases in device calls of at most 10 minutes, each resuming
+where the last stopped (docs/mini_drkernel.md has the time plan). --export defaults to $OUT.
+One seed only: three seeds of the headline comparison do not fit in one machine's 30 minutes.
 """
 
 from __future__ import annotations
@@ -270,21 +257,21 @@ def phase_eval(args, settings, out: Path) -> dict:
     label = Path(name).name
     report = {"checkpoint": str(path)}
     # held-out and built-in tasks share one batch: decoding a model this small costs per step, not per row
-    runs = [(("heldout", "builtin"), heldout + builtin, episode_schedule(settings.eval_turns)),
-            (("heldout_stts",), heldout[: settings.stts_tasks], stts_schedule(*settings.stts))]
-    for parts, tasks, schedule in runs:
+    batches = [(episode_schedule(settings.eval_turns), {"heldout": heldout, "builtin": builtin}),
+               (stts_schedule(*settings.stts), {"heldout_stts": heldout[: settings.stts_tasks]})]
+    for schedule, parts in batches:
+        tasks = [t for part_tasks in parts.values() for t in part_tasks]
         if not tasks:
             continue
         started = time.perf_counter()
         trajectories = run_many(tasks, policy, schedule, **common)
-        seconds = time.perf_counter() - started
-        for part, part_tasks in zip(parts, (heldout, builtin) if len(parts) == 2 else (tasks,)):
+        report.setdefault("seconds_by_batch", {})["+".join(parts)] = time.perf_counter() - started
+        for part, part_tasks in parts.items():
             names = {t.name for t in part_tasks}
             mine = [t for t in trajectories if t.task in names]
             if mine:
                 write_jsonl(mine, out / f"eval_{label}_{part}.jsonl", append=False)
                 report[part] = {**summarize_evaluation(mine), "tasks": len(part_tasks)}
-        report.setdefault("seconds_by_batch", {})["+".join(parts)] = seconds
     return report
 
 
