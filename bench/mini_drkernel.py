@@ -12,8 +12,9 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   tokenizer  BPE (vocab 8192) on the SFT conversations and 2,000 RL prompts; a random Qwen3-style model
              (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/;
              reports how many of the teacher's replies fit in max_new_tokens
-  pretrain   next-token training on the SFT conversations (all tokens): 300 steps of 32 x 1024 tokens,
-             bf16 autocast -> pretrain/ (optional, --set pretrain_steps=0; it gives SFT a model that already writes code)
+  pretrain   next-token training (all tokens) on the SFT conversations and the teacher's first replies to the
+             other 3,701 train-split tasks: 600 steps of 32 x 1024 tokens, bf16 autocast -> pretrain/
+             (optional, --set pretrain_steps=0; it gives SFT a model that already writes code)
   sft        rl/sft.py (TRL, assistant-only loss): 2 epochs over the SFT set, batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
@@ -75,12 +76,17 @@ def device_name() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings):
+def rl_rows(args, split: str):
+    """(spec, task, row) of the RL prompt set's `split`."""
     from drk_lab.data.export import read_rl_tasks
 
     if not Path(args.rl_data).is_file():
         raise UsageError(f"--rl-data {args.rl_data}: no such file (the RL prompt set from `drk data rl`)")
-    tasks = [task for _, task, _ in read_rl_tasks(args.rl_data, split=split)]
+    return read_rl_tasks(args.rl_data, split=split)
+
+
+def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings):
+    tasks = [task for _, task, _ in rl_rows(args, split)]
     random.Random(settings.seed).shuffle(tasks)
     tasks = tasks[:limit] if limit else tasks
     return [t.small() for t in tasks] if device_name() == "cpu" else tasks
@@ -143,12 +149,22 @@ def start_model(args, out: Path) -> Path:
 def phase_pretrain(args, settings, out: Path) -> dict:
     from transformers import AutoTokenizer
 
-    from drk_lab.mini_drkernel import conversation_texts, pretrain
+    from drk_lab.agent.prompts import initial_prompt
+    from drk_lab.mini_drkernel import conversation_texts, first_turn_texts, pretrain
 
     init = need(out / "init", "tokenizer")
-    texts = conversation_texts(sft_dataset(args), AutoTokenizer.from_pretrained(init))
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    dataset = sft_dataset(args)
+    texts = conversation_texts(dataset, tokenizer)
+    # more operator combinations than the SFT set's 1,020: the teacher's first reply to other train-split
+    # tasks (never a held-out one)
+    covered = {messages[0]["content"] for messages in dataset["messages"]}
+    items = [(spec, task) for spec, task, _ in rl_rows(args, "train")
+             if initial_prompt(task) not in covered][: settings.pretrain_first_turns]
+    texts += first_turn_texts(items, tokenizer)
     result = pretrain(init, texts, settings, out / "pretrain")
-    return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], **result}
+    return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], "sft_conversations": len(covered),
+            "first_turn_tasks": len(items), **result}
 
 
 def phase_sft(args, settings, out: Path) -> dict:

@@ -3,7 +3,8 @@
     settings = MiniSettings()                                   # the H200 sizes; MiniSettings.smoke() for the CPU
     tokenizer = build_tokenizer(settings, sft_texts, prompt_texts)
     model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~27M parameters
-    pretrain(model_dir, tokenizer, sft_texts, settings, "out/pretrain")
+    texts = conversation_texts(sft, tokenizer) + first_turn_texts(train_specs_and_tasks, tokenizer)
+    pretrain(model_dir, texts, settings, "out/pretrain")
     summary = summarize_evaluation(trajectories)                 # Fast@1 / Fast@1.2 per turn, coverage, hacks
 
 What it is: a byte-level BPE trained on the SFT trajectories and RL prompts (nothing downloaded), a
@@ -36,8 +37,10 @@ class MiniSettings:
     intermediate_size: int = 1536
     max_positions: int = 8192
     tokenizer_prompts: int = 2000  # RL prompts (train split) added to the tokenizer's corpus
-    # next-token pretraining on the SFT conversations (0 steps: skipped)
-    pretrain_steps: int = 300
+    # next-token pretraining on the SFT conversations and the teacher's first replies to other train-split
+    # tasks (0 steps: skipped)
+    pretrain_steps: int = 600
+    pretrain_first_turns: int = 5000  # at most this many train-split tasks outside the SFT set (0: none)
     pretrain_batch: int = 32
     pretrain_length: int = 1024
     pretrain_lr: float = 1e-3
@@ -82,7 +85,7 @@ class MiniSettings:
     def smoke(cls, **changes) -> MiniSettings:
         """Tiny sizes for a CPU run of every phase in well under a minute."""
         small = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                     intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2,
+                     intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2, pretrain_first_turns=20,
                      pretrain_batch=2, pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2,
@@ -116,6 +119,19 @@ def reply_token_lengths(dataset, tokenizer) -> list[int]:
     of them cuts replies off before their code block closes, and RL then sees almost no reward."""
     return [len(tokenizer(m["content"], add_special_tokens=False)["input_ids"])
             for messages in dataset["messages"] for m in messages if m["role"] == "assistant"]
+
+
+def first_turn_texts(items, tokenizer) -> list[str]:
+    """The programmatic teacher's first reply to each (spec, task) after the task's first prompt, as chat
+    text: the same pair the SFT set's first turns hold, for tasks the SFT set does not cover. These replies
+    are not evaluated one by one; the teacher's turns were correct in 3,059 of the 3,060 evaluated on the
+    H200 for the SFT set (data/README.md)."""
+    from drk_lab.agent.prompts import initial_prompt
+    from drk_lab.data.teacher import answer
+
+    return [tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt(task)},
+                                           {"role": "assistant", "content": answer(spec, 1)}], tokenize=False)
+            for spec, task in items]
 
 
 # -- tokenizer and model ---------------------------------------------------------------------------
@@ -165,8 +181,8 @@ def token_chunks(texts: list[str], tokenizer, length: int) -> torch.Tensor:
 
 def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, out_dir: str | Path,
              progress: bool = True) -> dict:
-    """Next-token training on the SFT conversations (every token, not only the assistant's) with AdamW and a
-    cosine schedule; bf16 autocast on a GPU. Saves the model to out_dir; returns the loss curve."""
+    """Next-token training on `texts` (every token, not only the assistant's) with AdamW and a cosine
+    schedule; bf16 autocast on a GPU. Saves the model to out_dir; returns the loss curve."""
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

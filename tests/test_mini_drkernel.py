@@ -51,6 +51,7 @@ def test_every_phase_writes_its_results(smoke):
     assert tokenizer["reply_tokens"]["p50"] > 24 and tokenizer["replies_within_max_new_tokens"] == 0
     pretrain = read(run_dir / "pretrain.json")
     assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
+    assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
     assert read(run_dir / "sft.json")["loss"]
     genbench = read(run_dir / "genbench.json")
     assert genbench["static_cache"]["generated_tokens"] == 8 * 16 and genbench["logprob_max_abs_diff"] < 1e-4
@@ -104,3 +105,21 @@ def test_everyday_mistakes_get_one_line(tmp_path, args, message):
     done = run("--smoke", "--out", tmp_path / "empty", *args, check=False)
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_first_turn_texts_are_the_sft_sets_first_turns(smoke):
+    """Pretraining's extra texts are built as the SFT set's first turns were: the same prompt, the same
+    teacher reply, the same chat template."""
+    from transformers import AutoTokenizer
+
+    from drk_lab.data.export import read_rl_tasks
+    from drk_lab.mini_drkernel import first_turn_texts
+
+    tokenizer = AutoTokenizer.from_pretrained(smoke / "run" / "init")
+    sft = pd.read_parquet(REPO / "data" / "sft" / "sft.parquet").head(3)
+    by_name = {task.name: (spec, task) for spec, task, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz",
+                                                                         split="train")}
+    texts = first_turn_texts([by_name[name] for name in sft["task"]], tokenizer)
+    expected = [tokenizer.apply_chat_template(list(messages[:2]), tokenize=False) for messages in sft["messages"]]
+    assert texts == expected and all("```python" in t for t in texts)
+
