@@ -126,14 +126,14 @@ def phase_tokenizer(args, settings, out: Path) -> dict:
     params = parameter_count(AutoModelForCausalLM.from_pretrained(path))
     lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in sft_texts]
     replies = sorted(reply_token_lengths(dataset, tokenizer))
+    p90 = replies[len(replies) * 9 // 10]
     within = sum(n < settings.max_new_tokens for n in replies) / len(replies)  # the stop token needs one more
     if within < 0.9:
         print(f"warning: only {within:.0%} of the teacher's replies fit in max_new_tokens={settings.max_new_tokens}"
-              f" tokens (90th percentile {replies[len(replies) * 9 // 10]})", flush=True)
+              f" tokens (90th percentile {p90})", flush=True)
     return {"vocab": len(tokenizer), "parameters": params, "sft_rows": len(sft_texts),
             "sft_tokens": sum(lengths), "sft_tokens_max": max(lengths),
-            "reply_tokens": {"p50": replies[len(replies) // 2], "p90": replies[len(replies) * 9 // 10],
-                             "max": replies[-1]},
+            "reply_tokens": {"p50": replies[len(replies) // 2], "p90": p90, "max": replies[-1]},
             "replies_within_max_new_tokens": within}
 
 

@@ -117,8 +117,8 @@ def conversation_texts(dataset, tokenizer=None) -> list[str]:
 def reply_token_lengths(dataset, tokenizer) -> list[int]:
     """The tokens of every assistant reply in the SFT set: a sampler whose max_new_tokens is under most
     of them cuts replies off before their code block closes, and RL then sees almost no reward."""
-    return [len(tokenizer(m["content"], add_special_tokens=False)["input_ids"])
-            for messages in dataset["messages"] for m in messages if m["role"] == "assistant"]
+    replies = [m["content"] for messages in dataset["messages"] for m in messages if m["role"] == "assistant"]
+    return [len(ids) for ids in tokenizer(replies, add_special_tokens=False)["input_ids"]]
 
 
 def first_turn_texts(items, tokenizer) -> list[str]:
