@@ -40,12 +40,13 @@ pack() { tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null; }
 [ -f $run/pretrain.json ] || phase 150 --phase pretrain "$@"
 [ -f $run/sft/config.json ] || phase 260 --phase sft "$@"
 [ -f $run/genbench.json ] || phase 90 --phase genbench "$@"
-[ -f $run/eval_sft.json ] || phase 220 --phase eval --checkpoint sft "$@"
-# RL stops (and checkpoints) after the step that passes the time limit; the next call resumes it
+# the first evaluation also measures the tasks' baselines (eager and torch.compile) on a fresh machine
+[ -f $run/eval_sft.json ] || phase 300 --phase eval --checkpoint sft "$@"
+# RL stops (and checkpoints) before a step that would pass its time limit; the next call resumes it
 rl_done() { python3 -c "import json, sys; sys.exit(json.load(open('$run/rl_$1.json'))['stopped_by_time_limit'])" 2>/dev/null; }
-rl_done trloo || phase 150 --phase rl --advantage trloo --set rl_time_limit_s=$(($(left) - 90)) "$@"
+rl_done trloo || phase 180 --phase rl --advantage trloo --set rl_time_limit_s=$(($(left) - 40)) "$@"
 [ -f $run/eval_rl_trloo.json ] || phase 220 --phase eval --checkpoint rl_trloo "$@"
-rl_done grpo || phase 150 --phase rl --advantage grpo --set rl_time_limit_s=$(($(left) - 90)) "$@"
+rl_done grpo || phase 180 --phase rl --advantage grpo --set rl_time_limit_s=$(($(left) - 40)) "$@"
 # the ablation is compared on the held-out split only (no STTS, no built-in suite): the budget's last minutes
 [ -f $run/eval_rl_grpo.json ] || phase 120 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
   --set "eval_builtin_levels=()" "$@"

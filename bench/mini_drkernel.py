@@ -20,10 +20,10 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
   rl         RLTrainer on the train split: 8 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
              TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
-             rl_<tag>/ckpt (a second call resumes), stops after the step that passes rl_time_limit_s
+             rl_<tag>/ckpt (a second call resumes), stops before a step that would pass rl_time_limit_s
              -> rl_<tag>/model
-  eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL) and the
-             built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
+  eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
+             train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
              held-out tasks; temperature 0.7 -> eval_<checkpoint>.json (+ trajectories)
 
 On the H200, bench/mini_device.sh runs these phases in device calls of at most 10 minutes, each resuming
@@ -240,8 +240,10 @@ def phase_rl(args, settings, out: Path) -> dict:
 
     started = time.perf_counter()
     bar = tqdm(total=settings.rl_steps, initial=trainer.state.step, desc=f"rl {args.tag}", unit="step")
-    while trainer.state.step < settings.rl_steps and time.perf_counter() - started < settings.rl_time_limit_s:
+    longest = 0.0  # a step is started only if one as long as the longest so far still ends within the limit
+    while trainer.state.step < settings.rl_steps and time.perf_counter() - started + longest < settings.rl_time_limit_s:
         row = trainer.train(trainer.state.step + 1)[-1]
+        longest = max(longest, row["time/step_s"])
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()
@@ -264,6 +266,7 @@ def phase_eval(args, settings, out: Path) -> dict:
     path = Path(name) if Path(name).is_dir() else out / name / "model" if name.startswith("rl_") else out / name
     policy = StaticCachePolicy(str(need(path, "sft" if name == "sft" else "rl")), dtype=torch.float32)
     heldout = rl_tasks(args, "heldout", settings.eval_heldout, settings)
+    seen = rl_tasks(args, "train", settings.eval_seen, settings) if settings.eval_seen else []
     builtin = [t for level in settings.eval_builtin_levels for t in drk.builtin_tasks(level=level)]
     builtin = builtin[: settings.eval_builtin_max] if settings.eval_builtin_max else builtin
     builtin = [t.small() for t in builtin] if device_name() == "cpu" else builtin
@@ -272,8 +275,8 @@ def phase_eval(args, settings, out: Path) -> dict:
                   **eval_kwargs(settings))
     label = Path(name).name
     report = {"checkpoint": str(path)}
-    # held-out and built-in tasks share one batch: decoding a model this small costs per step, not per row
-    batches = [(episode_schedule(settings.eval_turns), {"heldout": heldout, "builtin": builtin}),
+    # held-out, seen and built-in tasks share one batch: decoding a model this small costs per step, not per row
+    batches = [(episode_schedule(settings.eval_turns), {"heldout": heldout, "seen": seen, "builtin": builtin}),
                (stts_schedule(*settings.stts), {"heldout_stts": heldout[: settings.stts_tasks]})]
     for schedule, parts in batches:
         tasks = [t for part_tasks in parts.values() for t in part_tasks]

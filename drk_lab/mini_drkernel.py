@@ -41,8 +41,8 @@ class MiniSettings:
     # tasks (0 steps: skipped)
     pretrain_steps: int = 600
     pretrain_first_turns: int = 5000  # at most this many train-split tasks outside the SFT set (0: none)
-    pretrain_batch: int = 32
-    pretrain_length: int = 1024
+    pretrain_batch: int = 8
+    pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
     # cold-start SFT (rl/sft.py on TRL, loss on assistant tokens)
     sft_epochs: float = 2.0  # 1,020 conversations: about 256 steps, 2.5-3 minutes on an H200
@@ -66,9 +66,10 @@ class MiniSettings:
     advantage: str = "trloo"  # or "grpo" (the ablation)
     prs: bool = True
     mrs: bool = True
-    rl_time_limit_s: float = 330.0  # the RL phase stops (and checkpoints) after the step that passes it
+    rl_time_limit_s: float = 330.0  # the RL phase stops (and checkpoints) before a step that would pass it
     # evaluation (held-out split, built-in suite, STTS)
     eval_heldout: int = 64  # held-out tasks (operator combinations never seen in RL training)
+    eval_seen: int = 32  # train-split tasks, whose teacher replies pretraining saw: the gap to held-out is generalisation
     eval_builtin_levels: tuple[int, ...] = (1, 2)
     eval_builtin_max: int | None = None  # at most this many built-in tasks (None: all of those levels)
     eval_turns: int = 2
@@ -88,7 +89,7 @@ class MiniSettings:
                      intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2, pretrain_first_turns=20,
                      pretrain_batch=2, pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
-                     micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2,
+                     micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2, eval_seen=1,
                      eval_builtin_levels=(1,), eval_builtin_max=2, stts_tasks=1, stts=(2, 1, 2), genbench_rows=8, genbench_tokens=16)
         return replace(cls(**small), **changes)
 
@@ -169,14 +170,28 @@ def parameter_count(model) -> int:
 
 
 # -- next-token pretraining ------------------------------------------------------------------------
-def token_chunks(texts: list[str], tokenizer, length: int) -> torch.Tensor:
-    """All texts tokenised end to end (each followed by <|endoftext|>), cut into rows of `length` + 1."""
-    stream = []
+def packed_rows(texts: list[str], tokenizer, length: int, seed: int = 0) -> torch.Tensor:
+    """Rows of `length` + 1 tokens holding whole texts (each followed by <|endoftext|>), packed first-fit in
+    a seeded random order and padded with -100 (no loss). A text starts at the start of a row or right
+    after another text, never in the middle, so a reply is always trained together with the prompt it
+    answers; cutting a stream at fixed offsets instead left most replies without their task, and the
+    model learned the teacher's code but not which code a task asks for. A text longer than a row (a long
+    multi-turn conversation) fills rows of its own."""
+    import random
+
+    size = length + 1
+    pieces = []
     for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:  # one call: the fast tokenizer's threads
-        stream += ids + [tokenizer.pad_token_id]
-    rows = max(1, len(stream) // (length + 1))
-    stream = (stream * (1 + (rows * (length + 1)) // max(len(stream), 1)))[: rows * (length + 1)]
-    return torch.tensor(stream, dtype=torch.long).view(rows, length + 1)
+        ids = ids + [tokenizer.pad_token_id]
+        pieces += [ids[i: i + size] for i in range(0, len(ids), size)]
+    random.Random(seed).shuffle(pieces)
+    rows: list[list[int]] = []
+    for piece in pieces:
+        row = next((r for r in rows[-64:] if len(r) + len(piece) <= size), None)  # first fit among recent rows
+        if row is None:
+            rows.append(row := [])
+        row += piece
+    return torch.tensor([row + [-100] * (size - len(row)) for row in rows], dtype=torch.long)
 
 
 def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, out_dir: str | Path,
@@ -190,7 +205,7 @@ def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, ou
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device).train()
-    data = token_chunks(texts, tokenizer, settings.pretrain_length)
+    data = packed_rows(texts, tokenizer, settings.pretrain_length, seed=settings.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.pretrain_lr, betas=(0.9, 0.95), weight_decay=0.1)
     steps = settings.pretrain_steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(steps // 10, 1))
@@ -200,8 +215,8 @@ def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, ou
     for step in tqdm(range(steps), desc="pretrain", disable=not progress):
         batch = data[torch.randint(len(data), (settings.pretrain_batch,), generator=generator)].to(device)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+            logits = model(input_ids=batch[:, :-1].clamp(min=0)).logits  # padding is -100: any id will do
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), ignore_index=-100)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -210,7 +225,8 @@ def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, ou
         losses.append(float(loss.detach()))
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    return {"loss": losses, "rows": len(data), "tokens_per_step": settings.pretrain_batch * settings.pretrain_length,
+    return {"loss": losses, "rows": len(data), "row_fill": float((data != -100).float().mean()),
+            "tokens_per_step": settings.pretrain_batch * settings.pretrain_length,
             "seconds": time.perf_counter() - started}
 
 
@@ -292,7 +308,7 @@ def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> li
             for name in names if part in run["evals"][name]]
 
 
-def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "builtin")) -> list[dict]:
+def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin")) -> list[dict]:
     """Fast@1, Fast@1.2 and correct rate per turn (that turn alone, and best so far) for every checkpoint
     and part: the plain episodes and STTS."""
     rows = []

@@ -64,7 +64,7 @@ def test_every_phase_writes_its_results(smoke):
     assert row["cut_off_frac"] > 0.5  # a barely trained model rarely stops within 24 tokens
     for name in ("sft", "rl_trloo"):
         report = read(run_dir / f"eval_{name}.json")
-        for part, turns in (("heldout", 2), ("builtin", 2), ("heldout_stts", 3)):
+        for part, turns in (("heldout", 2), ("seen", 2), ("builtin", 2), ("heldout_stts", 3)):
             summary = report[part]
             assert summary["episodes"] == summary["tasks"] > 0
             assert [r["turn"] for r in summary["per_turn"]] == list(range(1, turns + 1))
@@ -123,3 +123,26 @@ def test_first_turn_texts_are_the_sft_sets_first_turns(smoke):
     expected = [tokenizer.apply_chat_template(list(messages[:2]), tokenize=False) for messages in sft["messages"]]
     assert texts == expected and all("```python" in t for t in texts)
 
+
+
+def test_pretraining_rows_hold_whole_texts(smoke):
+    """Every text that fits in a row lies whole in one row (a reply is never split from its prompt), every
+    token of every text is there once, and padding carries no loss."""
+    from transformers import AutoTokenizer
+
+    from drk_lab.mini_drkernel import packed_rows
+
+    tokenizer = AutoTokenizer.from_pretrained(smoke / "run" / "init")
+    texts = [f"task {i}: " + "relu(x) " * (i * 7 % 20) for i in range(60)] + ["long " * 300]
+    rows = packed_rows(texts, tokenizer, length=127)
+    eos = tokenizer.pad_token_id
+    pieces = [ids + [eos] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    assert rows.shape[1] == 128 and all(len(p) <= 128 for p in pieces[:-1]) and len(pieces[-1]) > 128
+    filled = []
+    for row in rows.tolist():
+        n = row.index(-100) if -100 in row else len(row)
+        assert set(row[n:]) <= {-100}  # padding only at the end of a row
+        filled.append("," + ",".join(map(str, row[:n])) + ",")
+    for piece in pieces[:-1]:
+        assert any("," + ",".join(map(str, piece)) + "," in row for row in filled)
+    assert int((rows != -100).sum()) == sum(map(len, pieces))  # every token once
