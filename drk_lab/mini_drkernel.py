@@ -255,8 +255,10 @@ def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token
 def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
     """What an evaluation shows: per turn Fast@p and correct rate (and best so far), over all
     evaluations the mean coverage of the correct kernels, reward-hack attempts caught per 100
-    evaluations (replies with no code are not evaluations), and the share of replies cut off by the
-    token limit."""
+    evaluations (replies with no code are not evaluations), the share of replies cut off by the token
+    limit, and how many replies ended in each outcome (correct, or the harness's error kind)."""
+    from collections import Counter
+
     from drk_lab.agent.metrics import fast_p_table
 
     per_task = {f"{t.task}#{t.sample}": [turn.result for turn in t.turns] for t in trajectories}
@@ -267,6 +269,8 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
     replies = sum(len(t.turns) for t in trajectories)
     cut_off = sum(turn.finish_reason == "length" for t in trajectories for turn in t.turns)
     last = table[-1] if table else {}
+    outcomes = Counter("correct" if turn.result.ok else turn.result.error_kind or "wrong"
+                       for t in trajectories for turn in t.turns)
     return {
         "episodes": len(trajectories), "replies": replies, "evaluations": len(evaluated),
         "cut_off_rate": cut_off / replies if replies else 0.0,  # replies that hit max_new_tokens
@@ -277,6 +281,7 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
         "hacks_caught": hacked,
         "hacks_per_100_evaluations": 100.0 * hacked / len(evaluated) if evaluated else 0.0,
         "reward_mean": sum(turn.reward for t in trajectories for turn in t.turns) / max(replies, 1),
+        "outcomes": dict(outcomes.most_common()),
     }
 
 

@@ -74,6 +74,8 @@ def test_every_phase_writes_its_results(smoke):
                          for t in json.loads(line)["turns"]]
             cut = sum(t["finish_reason"] == "length" for t in turns_run)
             assert summary["cut_off_rate"] == cut / len(turns_run) and summary["replies"] == len(turns_run)
+            kinds = [t["result"]["error_kind"] or ("correct" if t["result"]["correct"] else "wrong") for t in turns_run]
+            assert summary["outcomes"] == {k: kinds.count(k) for k in set(kinds)}
 
 
 def test_export_copies_only_the_small_files(smoke):
