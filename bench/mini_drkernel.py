@@ -95,8 +95,9 @@ def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings):
 def sft_dataset(args):
     from drk_lab.rl.sft import load_cold_start
 
-    if not Path(args.sft_data).exists():
-        raise UsageError(f"--sft-data {args.sft_data}: no such file (the SFT set from `drk data sft`)")
+    for path in args.sft_data:
+        if not Path(path).exists():
+            raise UsageError(f"--sft-data {path}: no such file (the SFT set from `drk data sft`)")
     return load_cold_start(args.sft_data)
 
 
@@ -150,11 +151,11 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     from transformers import AutoTokenizer
 
     from drk_lab.agent.prompts import initial_prompt
-    from drk_lab.mini_drkernel import conversation_texts, first_turn_texts, pretrain
+    from drk_lab.mini_drkernel import conversation_texts, first_turn_texts, pretrain, without_planted_bugs
 
     init = need(out / "init", "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(init)
-    dataset = sft_dataset(args)
+    dataset = without_planted_bugs(sft_dataset(args))
     texts = conversation_texts(dataset, tokenizer)
     # more operator combinations than the SFT set's 1,020: the teacher's first reply to other train-split
     # tasks (never a held-out one)
@@ -316,7 +317,8 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny sizes (MiniSettings.smoke) for a CPU run")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="change one setting")
     p.add_argument("--model", default=None, help="a local Hugging Face folder to start SFT from instead")
-    p.add_argument("--sft-data", default=str(REPO / "data" / "sft" / "sft.parquet"))
+    p.add_argument("--sft-data", nargs="+", default=[str(REPO / "data" / "sft" / "sft.parquet")],
+                   help="SFT sets (`drk data sft`; a repair set from `--repairs` may follow the main one)")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     p.add_argument("--advantage", choices=("trloo", "grpo"), default=None, help="the RL advantage (ablation)")
     p.add_argument("--prs", choices=("on", "off"), default=None, help="profiling-based rejection (ablation)")

@@ -115,6 +115,13 @@ def conversation_texts(dataset, tokenizer=None) -> list[str]:
     return texts
 
 
+def without_planted_bugs(dataset):
+    """The rows with no planted bug's reply (drk_lab.data.bugs): pretraining learns every token of a text, and
+    a repair row's buggy reply must never be a target (SFT masks it; pretraining cannot)."""
+    return dataset.filter(lambda messages: all(m.get("train") is not False for m in messages),
+                          input_columns="messages")
+
+
 def reply_token_lengths(dataset, tokenizer) -> list[int]:
     """The tokens of every assistant reply in the SFT set: a sampler whose max_new_tokens is under most
     of them cuts replies off before their code block closes, and RL then sees almost no reward."""

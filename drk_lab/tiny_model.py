@@ -19,18 +19,23 @@ import os
 import shutil
 from pathlib import Path
 
-TINY_MODEL_VERSION = 2  # bump when the recipe below changes; stale folders are rebuilt
+TINY_MODEL_VERSION = 3  # bump when the recipe below changes; stale folders are rebuilt
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 
 # {% generation %} marks what an assistant turn generates (its content and the <|im_end|> that ends it) for
 # assistant-only loss masks (tokenizer.apply_chat_template(..., return_assistant_tokens_mask=True), TRL's
-# assistant_only_loss); the rendered text is the same as without the markers.
+# assistant_only_loss); the rendered text is the same as without the markers. An assistant message with
+# "train": False (a planted bug's reply in a repair row, drk_lab.data.bugs) is left unmarked: context, no loss.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
     "{{ '<|im_start|>assistant\\n' }}"
+    "{%- if message['train'] is defined and message['train'] == false -%}"
+    "{{ message['content'] + '<|im_end|>' }}"
+    "{%- else -%}"
     "{%- generation -%}{{ message['content'] + '<|im_end|>' }}{%- endgeneration -%}"
+    "{%- endif -%}"
     "{{ '\\n' }}"
     "{%- else -%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"

@@ -95,6 +95,31 @@ def test_the_sft_trainer_takes_the_rows_and_trains_on_the_teachers_turns(sft_run
         assert row["messages"][0]["content"][:200] not in trained and "CORRECT:" not in trained
 
 
+def test_repair_rows_load_beside_the_sft_set_and_train_only_on_the_fix(rl_dir, sft_run, tmp_path):
+    """`--repairs --skip 2`: other tasks than sft_run's, each a planted bug and its fix; both files load as one
+    set, and the SFT collator's labels hold the fix but not the buggy reply."""
+    pytest.importorskip("trl")
+    from drk_lab.rl.sft import run_sft
+    from drk_lab.tiny_model import make_tiny_model
+
+    out = tmp_path / "repairs"
+    proc = drk("sft", "--tasks", str(rl_dir / "prompts.parquet"), *SFT_ARGS[:1], "4", *SFT_ARGS[2:], "--repairs",
+               "--skip", "2", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    repairs = load_cold_start(out / "sft.parquet")
+    assert len(repairs) >= 1 and not set(repairs["task"]) & set(load_cold_start(sft_run[0] / "sft.parquet")["task"])
+    data = load_cold_start([sft_run[0] / "sft.parquet", out / "sft.parquet"])
+    assert len(data) == 2 + len(repairs)
+    run = run_sft(make_tiny_model(tmp_path / "tiny"), data, tmp_path / "out", max_length=16384, train=False)
+    tokenizer = run.trainer.processing_class
+    for i in range(2, len(data)):
+        first, fix = [m for m in data[i]["messages"] if m["role"] == "assistant"]
+        assert first["train"] is False and fix["content"].startswith("The previous version computed the wrong values")
+        labels = run.trainer.data_collator([run.trainer.train_dataset[i]])["labels"][0]
+        trained = tokenizer.decode([t for t in labels.tolist() if t != -100])
+        assert trained.count("class ModelNew") == 1 and trained.startswith("The previous version")
+
+
 def test_write_rows_names_an_unknown_suffix(tmp_path):
     with pytest.raises(ValueError, match="unknown format"):
         write_rows([{"a": 1}], tmp_path / "rows.csv")

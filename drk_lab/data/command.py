@@ -4,6 +4,7 @@
     drk data rl --n 6000 --seed 0 --heldout 0.2 --out data/rl        prompts.parquet + prompts.jsonl.gz + summary.json
     drk data sft --tasks data/rl/prompts.parquet --trajectories 1200 --turns 3 --device cuda --jobs 16 \
                  --time-limit 540 --out runs/sft                     trajectories.jsonl, sft.parquet, summary.json
+    drk data sft ... --repairs --skip 1200 --turns 2 --out runs/repairs   the same for repair trajectories
 
 cli.py adds the parser (add_parser) and calls run(args); an everyday mistake raises DataUsageError,
 which the command line prints as one line with exit status 2.
@@ -46,7 +47,12 @@ def add_parser(sub) -> None:
     s.add_argument("--tasks", required=True, help="an RL prompt file from `drk data rl` (.parquet or .jsonl[.gz])")
     s.add_argument("--split", default="train", choices=["train", "heldout", "all"])
     s.add_argument("--trajectories", type=_positive, default=1000, help="trajectories (one per task, in file order)")
+    s.add_argument("--skip", type=int, default=0, help="leave out the split's first N tasks (another run used them)")
     s.add_argument("--turns", type=_positive, default=3)
+    s.add_argument("--repairs", action="store_true",
+                   help="repair trajectories: turn 1 has a planted bug (a pointwise operator swapped or left out), "
+                        "turn 2 fixes it; the SFT rows keep the buggy reply as context, with no loss on it")
+    s.add_argument("--seed", type=int, default=0, help="for the planted bugs (--repairs)")
     s.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N; the CPU runs small sizes")
     s.add_argument("--jobs", type=_positive, default=16,
                    help="trajectories, and so evaluations, in flight (on each GPU); a new one starts as one ends")
@@ -148,12 +154,14 @@ def write_sft(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise DataUsageError(f"--out {out}: exists and is not a folder")
-    loaded = loaded[: args.trajectories]
+    if args.skip < 0:
+        raise DataUsageError(f"--skip {args.skip}: must be 0 or more")
+    loaded = loaded[args.skip: args.skip + args.trajectories]
     # the CPU runs the interpreter at the tasks' SMALL_SIZES; a GPU runs the full sizes
     items = [(spec, task.small() if device == "cpu" else task) for spec, task, _ in loaded]
     stats = run_teacher(items, out, turns=args.turns, jobs=args.jobs, time_limit=args.time_limit,
                         device=device, devices=devices, correctness_trials=args.trials, timing_trials=args.timing_trials,
-                        compile_baseline=not args.eager_only)
+                        compile_baseline=not args.eager_only, repairs=args.repairs, seed=args.seed)
     specs = {task.name: spec for spec, task in items}
     splits = {task.name: row["split"] for _, task, row in loaded}
     trajectories = [t for t in read_trajectories(out) if t.task in specs]

@@ -29,6 +29,9 @@ PLANS = {
 }
 
 
+REPAIR_PLAN = "The previous version computed the wrong values: {what}. Fixed below; the rest is unchanged."
+
+
 def style_of(turn: int) -> str:
     return STYLES.get(turn, "autotune")
 
@@ -106,3 +109,9 @@ def answer(spec: TaskSpec, turn: int) -> str:
     hints = " and contiguity hints so the elementwise loads vectorise" if spec.head is None and not spec.row_op else ""
     plan = PLANS[style].format(what=what[0].upper() + what[1:] if style == "autotune" else what, hints=hints)
     return f"{plan}\n\n```python\n{solution(spec, turn)}```"
+
+
+def repair_answer(spec: TaskSpec, what: str) -> str:
+    """The reply that fixes a first turn whose mistake was `what` (drk_lab.data.bugs): a plan naming the
+    mistake, then the turn-1 module."""
+    return f"{REPAIR_PLAN.format(what=what)}\n\n```python\n{solution(spec, 1)}```"

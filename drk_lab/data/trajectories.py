@@ -22,6 +22,7 @@ turn recovers). Trajectories with no kept turn give no row.
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import threading
 import time
@@ -31,8 +32,9 @@ from pathlib import Path
 
 from drk_lab.agent.prompts import initial_prompt
 from drk_lab.agent.trajectory import write_jsonl
+from drk_lab.data.bugs import PlantedBug, plant_bug
 from drk_lab.data.spec import TaskSpec
-from drk_lab.data.teacher import answer
+from drk_lab.data.teacher import REPAIR_PLAN, answer, repair_answer
 from drk_lab.harness import models
 from drk_lab.policies.base import Completion
 
@@ -41,17 +43,28 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 class TeacherPolicy:
     """Answers turn t (1 + the assistant messages so far) of the conversation whose first user message is
-    a known task's prompt with answer(spec, t)."""
+    a known task's prompt with answer(spec, t). A task with a planted bug (bugs_by_prompt) is a repair
+    trajectory: turn 1 answers the bug's slightly different task, turn 2 fixes it (repair_answer), and
+    turn t >= 3 is the teacher's turn t - 1."""
 
-    def __init__(self, specs_by_prompt: dict[str, TaskSpec]):
+    def __init__(self, specs_by_prompt: dict[str, TaskSpec], bugs_by_prompt: dict[str, PlantedBug] | None = None):
         self.specs_by_prompt = specs_by_prompt
+        self.bugs_by_prompt = bugs_by_prompt or {}
+
+    def reply(self, prompt: str, turn: int) -> str:
+        spec, bug = self.specs_by_prompt[prompt], self.bugs_by_prompt.get(prompt)
+        if bug is None:
+            return answer(spec, turn)
+        if turn == 1:
+            return answer(bug.spec, 1)
+        return repair_answer(spec, bug.what) if turn == 2 else answer(spec, turn - 1)
 
     def generate(self, messages_batch: list[list[dict]], n: int = 1, **sampling) -> list[list[Completion]]:
         out = []
         for messages in messages_batch:
             prompt = next(m["content"] for m in messages if m["role"] == "user")
             turn = 1 + sum(m["role"] == "assistant" for m in messages)
-            out.append([Completion(answer(self.specs_by_prompt[prompt], turn)) for _ in range(n)])
+            out.append([Completion(self.reply(prompt, turn)) for _ in range(n)])
         return out
 
 
@@ -85,11 +98,13 @@ def read_trajectories(out_dir) -> list:
 
 def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3, jobs: int = 16,
                 time_limit: float | None = None, progress: bool = True, devices: list[str] | None = None,
-                **eval_kwargs) -> dict:
+                repairs: bool = False, seed: int = 0, **eval_kwargs) -> dict:
     """Teacher episodes for (spec, task) pairs, appended to out_dir/trajectories.jsonl (module docstring).
     A continuous pool: `jobs` trajectories run at once, each turn by turn, and when one ends (written at
     once) the next starts, so no slot waits for another trajectory. devices: several GPUs ("cuda:0",
     "cuda:1", ...): the tasks are dealt out round-robin, a pool of `jobs` on each, one JSONL file per GPU.
+    repairs: every trajectory is a repair (TeacherPolicy) with a bug planted from `seed` and the task's
+    name; tasks with no pointwise operator to change are left out.
     eval_kwargs go to the harness (device, timing_trials, correctness_trials, ...). Returns counts and
     seconds, the most trajectories seen in flight at once ("peak_in_flight") and the share of slot-seconds
     that had a trajectory in them ("slots_busy_share")."""
@@ -103,6 +118,8 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
     out_dir.mkdir(parents=True, exist_ok=True)
     done = done_tasks(out_dir)
     todo = [(spec, task) for spec, task in items if task.name not in done]
+    bugs = {task.name: plant_bug(spec, random.Random(f"{seed}:{task.name}")) for spec, task in todo} if repairs else {}
+    todo = [(spec, task) for spec, task in todo if not repairs or bugs[task.name] is not None]
     device = eval_kwargs.pop("device", None)
     if devices and len(devices) > 1:
         lanes = [(d, out_dir / f"trajectories-{i}.jsonl") for i, d in enumerate(devices)]
@@ -155,7 +172,8 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
             try:
                 if device not in (None, "cpu") and eval_kwargs.get("timing", True):
                     measure_baseline(task, device, eval_kwargs)
-                policy = TeacherPolicy({initial_prompt(task): spec})
+                prompt = initial_prompt(task)
+                policy = TeacherPolicy({prompt: spec}, {prompt: bugs[task.name]} if repairs else None)
                 trajectory = run_many([task], policy, schedule, max_workers=1, progress=False, device=device,
                                       **eval_kwargs)[0]
             except BaseException:
@@ -207,16 +225,26 @@ def _speed(result) -> float | None:
     return float(result.speedup) if result.ok and result.speedup is not None and result.timings_valid else None
 
 
+def is_repair(reply: str) -> bool:
+    return reply.startswith(REPAIR_PLAN.partition("{")[0])
+
+
 def kept_turns(traj) -> tuple[list, int]:
-    """(the turns an SFT row keeps, the 1-based best turn among them); ([], 0) when none is kept."""
+    """(the turns an SFT row keeps, the 1-based best turn among them); ([], 0) when none is kept. A failed
+    turn is kept only when the next turn is a repair that is correct (the row then teaches the fix; the
+    failed turn's reply gets no loss, see sft_rows). A repair after a correct turn (a planted bug that
+    the checks did not catch) makes the trajectory useless: nothing is kept."""
     kept = []
-    for turn in traj.turns:
-        if not turn.result.ok:
+    for i, turn in enumerate(traj.turns):
+        after = traj.turns[i + 1] if i + 1 < len(traj.turns) else None
+        if after is not None and is_repair(after.response) and turn.result.ok:
+            return [], 0
+        if not turn.result.ok and not (after is not None and is_repair(after.response) and after.result.ok):
             break
         kept.append(turn)
-    if not kept:
+    if not any(t.result.ok for t in kept):
         return [], 0
-    speeds = [_speed(t.result) for t in kept]
+    speeds = [_speed(t.result) if t.result.ok else 0.0 for t in kept]
     if all(s is not None for s in speeds):
         best = max(range(len(kept)), key=lambda i: (speeds[i], -i))
         kept = kept[: best + 1]
@@ -241,6 +269,10 @@ def sft_rows(trajectories, specs: dict[str, TaskSpec], splits: dict[str, str] | 
         if not kept:
             continue
         row = trajectories_to_cold_start([replace(traj, turns=kept)], start_uuid=len(rows))[0]
+        replies = [m for m in row["messages"] if m["role"] == "assistant"]
+        for message, turn in zip(replies, kept):
+            if not turn.result.ok:  # a planted bug's reply: context for the repair, never a training target
+                message["train"] = False
         spec = specs[traj.task]
         row.update({"best_round": best_round, "level": spec.level, "ops": spec.ops,
                     "combination": spec.combination, "dtype": spec.dtype,
