@@ -12,19 +12,21 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   tokenizer  BPE (vocab 8192) on the SFT conversations and 2,000 RL prompts; a random Qwen3-style model
              (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/;
              reports how many of the teacher's replies fit in max_new_tokens
-  pretrain   next-token training (all tokens) on the SFT conversations and the teacher's first replies to the
-             other 3,701 train-split tasks: 600 steps of 32 x 1024 tokens, bf16 autocast -> pretrain/
-             (optional, --set pretrain_steps=0; it gives SFT a model that already writes code)
-  sft        rl/sft.py (TRL, assistant-only loss): 2 epochs over the SFT set, batch 8, lr 3e-4 -> sft/
+  pretrain   next-token training (all tokens) on the SFT conversations (not the repairs) and the teacher's
+             first replies to the other train-split tasks: 600 steps of 8 rows of 4,096 tokens holding whole
+             texts, bf16 autocast -> pretrain/ (optional, --set pretrain_steps=0)
+  sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
+             bug's reply is context, not a target), batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
-  rl         RLTrainer on the train split: 8 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
-             TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
+  rl         RLTrainer on the train split: 4 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
+             lr 5e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
              rl_<tag>/ckpt (a second call resumes), stops before a step that would pass rl_time_limit_s
              -> rl_<tag>/model
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
-             train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 32
-             held-out tasks; temperature 0.7 -> eval_<checkpoint>.json (+ trajectories)
+             train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep
+             2, 2 iterations = 4 turns) on 16 held-out tasks; temperature 0.7 -> eval_<checkpoint>.json
+             (+ trajectories)
 
 On the H200, bench/mini_device.sh runs these phases in device calls of at most 10 minutes, each resuming
 where the last stopped (docs/mini_drkernel.md has the time plan). --export defaults to $OUT.
@@ -317,8 +319,9 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny sizes (MiniSettings.smoke) for a CPU run")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="change one setting")
     p.add_argument("--model", default=None, help="a local Hugging Face folder to start SFT from instead")
-    p.add_argument("--sft-data", nargs="+", default=[str(REPO / "data" / "sft" / "sft.parquet")],
-                   help="SFT sets (`drk data sft`; a repair set from `--repairs` may follow the main one)")
+    p.add_argument("--sft-data", nargs="+", default=[str(REPO / "data" / "sft" / name)
+                                                     for name in ("sft.parquet", "repairs.parquet")],
+                   help="SFT sets from `drk data sft` (default: the teacher's trajectories and the repair set)")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     p.add_argument("--advantage", choices=("trloo", "grpo"), default=None, help="the RL advantage (ablation)")
     p.add_argument("--prs", choices=("on", "off"), default=None, help="profiling-based rejection (ablation)")

@@ -46,11 +46,13 @@ def test_every_phase_writes_its_results(smoke):
     run_dir = smoke / "run"
     tokenizer = read(run_dir / "tokenizer.json")
     shipped = len(pd.read_parquet(REPO / "data" / "sft" / "sft.parquet"))
-    assert tokenizer["parameters"] > 10_000 and tokenizer["sft_rows"] == shipped > 1000
+    repairs = len(pd.read_parquet(REPO / "data" / "sft" / "repairs.parquet"))
+    assert tokenizer["parameters"] > 10_000 and tokenizer["sft_rows"] == shipped + repairs and shipped > 1000
     # the smoke sizes allow 24 new tokens: no teacher reply fits, and the phase says so
     assert tokenizer["reply_tokens"]["p50"] > 24 and tokenizer["replies_within_max_new_tokens"] == 0
     pretrain = read(run_dir / "pretrain.json")
     assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
+    # repair rows stay out of pretraining (their buggy replies must not be targets)
     assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
     assert read(run_dir / "sft.json")["loss"]
     genbench = read(run_dir / "genbench.json")

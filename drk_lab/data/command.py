@@ -176,7 +176,8 @@ def write_sft(args) -> int:
                "by_level": summarize(trajectories, specs)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(summary_table(summary["by_level"]))
-    print(f"{len(trajectories)} trajectories ({stats['run']} run now, {stats['skipped_done']} already there"
+    no_bug = f", {stats['no_bug_to_plant']} with no operator to plant a bug in" if stats["no_bug_to_plant"] else ""
+    print(f"{len(trajectories)} trajectories ({stats['run']} run now, {stats['skipped_done']} already there{no_bug}"
           f"{', stopped at the time limit' if stats['stopped_at_time_limit'] else ''}; {stats['seconds']} s), "
           f"{len(rows)} SFT rows; {out}/summary.json")
     return 0

@@ -118,6 +118,7 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
     out_dir.mkdir(parents=True, exist_ok=True)
     done = done_tasks(out_dir)
     todo = [(spec, task) for spec, task in items if task.name not in done]
+    skipped_done = len(items) - len(todo)
     bugs = {task.name: plant_bug(spec, random.Random(f"{seed}:{task.name}")) for spec, task in todo} if repairs else {}
     todo = [(spec, task) for spec, task in todo if not repairs or bugs[task.name] is not None]
     device = eval_kwargs.pop("device", None)
@@ -127,7 +128,8 @@ def run_teacher(items: list[tuple[TaskSpec, object]], out_dir, *, turns: int = 3
         lanes = [(devices[0] if devices else device, out_dir / "trajectories.jsonl")]
     queues = [deque(todo[i::len(lanes)]) for i in range(len(lanes))]
     schedule = episode_schedule(turns)
-    stats = {"skipped_done": len(items) - len(todo), "run": 0, "stopped_at_time_limit": False, "peak_in_flight": 0}
+    stats = {"skipped_done": skipped_done, "no_bug_to_plant": len(items) - skipped_done - len(todo), "run": 0,
+             "stopped_at_time_limit": False, "peak_in_flight": 0}
     guard = threading.Lock()  # the queues, the stats, the durations and the JSONL files
     durations: list[float] = []  # of finished trajectories, for the time limit's estimate
     in_flight = [0]
