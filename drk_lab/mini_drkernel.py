@@ -45,7 +45,7 @@ class MiniSettings:
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
     # cold-start SFT (rl/sft.py on TRL, loss on assistant tokens)
-    # 1 epoch over the 1,020 teacher trajectories and 328 repairs (about 170 steps): pretraining already saw
+    # 1 epoch over the 1,020 teacher trajectories and 330 repairs (about 170 steps): pretraining already saw
     # the trajectories; 2 epochs of the 1,020 alone took 153 s on the H200
     sft_epochs: float = 1.0
     sft_batch: int = 8

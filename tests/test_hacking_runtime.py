@@ -1,6 +1,7 @@
 """The planted hack corpus (data/hacks) through evaluate() on the CPU path: every cheat that can run
 without a GPU is stopped, and each is named by its reason code where the checks can name it."""
 
+import os
 import re
 import subprocess
 import sys
@@ -283,6 +284,27 @@ def test_kernels_off_check_is_inconclusive_where_the_answer_for_other_inputs_wou
     assert r.ok and not r.hacked, r.error
     assert ("kernels-off check inconclusive: the reference's output for other inputs is within tolerance "
             "of this one") in r.notes
+
+
+def test_kernels_off_check_sees_new_memory_filled_not_a_freed_intermediate(tmp_path):
+    """Sigmoid, then GELU, then ELU: the ELU is the identity on its (positive) input, so the reference's
+    freed intermediate before it holds the answer, and torch.empty in the switched-off forward handed it
+    back: the teacher's honest kernel was flagged torch_does_the_work at every seed (a fresh Python and
+    empty caches, as found while making the repair set). New memory is now filled during that call."""
+    script = """
+import drk_lab as drk
+from drk_lab.data.export import read_rl_tasks
+from drk_lab.data.teacher import solution
+spec, task, _ = next(i for i in read_rl_tasks("data/rl/prompts.jsonl.gz") if i[1].name == "L2_linear_sigmoid_gelu_tanh_elu_fp32_280a90")
+for seed in range(3):
+    r = drk.evaluate(task.small(), solution(spec, 1), device="cpu", seed=seed, correctness_trials=2)
+    print(seed, r.ok, r.hack_reasons)
+"""
+    cold = {**os.environ, "DRK_CACHE_DIR": str(tmp_path), "TRITON_CACHE_DIR": str(tmp_path / "triton")}  # as found
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=cold)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:3] == [f"{seed} True []" for seed in range(3)], proc.stdout
 
 
 def test_kernels_off_check_leaves_no_copy_of_the_answer_in_freed_memory():

@@ -8,9 +8,12 @@ May import the same as runtime_checks.py.
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from functools import partial
 
 import torch
+import torch.utils.deterministic
 
 from drk_lab.hacks.runtime_checks import launch_findings
 from drk_lab.harness import correctness, models
@@ -53,7 +56,7 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
         ref_out = ref(*correctness.clone_args(inputs))
         correctness.poison_memory(specs + correctness.tensor_specs(inputs), device)
         try:
-            with KernelLaunches(only_file=candidate_file, disabled=True):
+            with KernelLaunches(only_file=candidate_file, disabled=True), new_memory_filled():
                 out = new(*inputs)
                 models.sync(device)
             compare(out, ref_out)
@@ -73,6 +76,28 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
                      "tolerance of this one")
         return []
     return [("torch_does_the_work", "the output is still right with the candidate's Triton launches switched off")]
+
+
+@contextmanager
+def new_memory_filled():
+    """While in effect, torch.empty and the like fill what they return (NaN for floats, the largest value
+    for integers): PyTorch does so while deterministic algorithms are on. An output the switched-off
+    kernels never wrote then cannot pass by holding a freed copy of the answer (the reference's last
+    intermediate equals its output where the last operator is the identity on its input's range, as a
+    LeakyReLU after a ReLU or an ELU after a sigmoid is; such honest kernels were flagged). Memory the
+    candidate allocated earlier and kept keeps its contents, so a cached answer is still caught.
+    warn_only: an op with no deterministic version runs as before instead of raising."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.utils.deterministic.fill_uninitialized_memory = saved[2]
 
 
 def within_tolerance(out, ref_out, atol: float | None, rtol: float | None) -> bool:
