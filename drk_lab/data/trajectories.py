@@ -16,7 +16,9 @@ cut-short run keeps its work.
 The SFT rule: an assistant turn is kept only if it is correct and not flagged; a trajectory keeps its
 turns up to the first one that is not (the feedback after a failed turn is about that turn), then,
 where speedups were measured, ends at its fastest kept turn (a slower turn stays only when a later
-turn recovers). Trajectories with no kept turn give no row.
+turn recovers). Trajectories with no kept turn give no row. The one exception is a repair trajectory
+(run_teacher(repairs=True), drk_lab/data/bugs.py): its planted, failed first turn is kept when the
+repair after it is correct, marked "train": False so that SFT reads it as context only.
 """
 
 from __future__ import annotations
