@@ -87,11 +87,29 @@ def rl_rows(args, split: str):
     return read_rl_tasks(args.rl_data, split=split)
 
 
-def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings):
-    tasks = [task for _, task, _ in rl_rows(args, split)]
-    random.Random(settings.seed).shuffle(tasks)
-    tasks = tasks[:limit] if limit else tasks
-    return [t.small() for t in tasks] if device_name() == "cpu" else tasks
+def rl_items(args, split: str, limit: int | None, settings: MiniSettings) -> list:
+    """(spec, task) pairs of `split` in a seeded order, the first `limit` (small sizes on a CPU)."""
+    items = [(spec, task) for spec, task, _ in rl_rows(args, split)]
+    random.Random(settings.seed).shuffle(items)
+    items = items[:limit] if limit else items
+    return [(spec, task.small()) for spec, task in items] if device_name() == "cpu" else items
+
+
+def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings) -> list:
+    return [task for _, task in rl_items(args, split, limit, settings)]
+
+
+def reads_the_task(args, settings, model_dir: Path) -> dict:
+    """teacher_forced_replies on the evaluation's held-out and seen tasks."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from drk_lab.mini_drkernel import teacher_forced_replies
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device_name()).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return {part: teacher_forced_replies(model, tokenizer, rl_items(args, split, limit, settings))
+            for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))}
 
 
 def sft_dataset(args):
@@ -167,7 +185,8 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     texts += first_turn_texts(items, tokenizer)
     result = pretrain(init, texts, settings, out / "pretrain")
     return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], "sft_conversations": len(covered),
-            "first_turn_tasks": len(items), **result}
+            "first_turn_tasks": len(items), "reads_the_task": reads_the_task(args, settings, out / "pretrain"),
+            **result}
 
 
 def phase_sft(args, settings, out: Path) -> dict:
@@ -181,7 +200,8 @@ def phase_sft(args, settings, out: Path) -> dict:
                   max_steps=settings.sft_max_steps, bf16=torch.cuda.is_available(), lr_scheduler_type="cosine",
                   disable_tqdm=False)
     losses = [r["loss"] for r in run.trainer.state.log_history if "loss" in r]
-    return {"start": str(start), "metrics": run.metrics, "loss": losses}
+    return {"start": str(start), "metrics": run.metrics, "loss": losses,
+            "reads_the_task": reads_the_task(args, settings, out / "sft")}
 
 
 def phase_genbench(args, settings, out: Path) -> dict:

@@ -239,6 +239,33 @@ def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, ou
             "seconds": time.perf_counter() - started}
 
 
+# -- does the model read the task? ---------------------------------------------------------------
+@torch.no_grad()
+def teacher_forced_replies(model, tokenizer, items) -> dict:
+    """The teacher's first reply to each (spec, task), scored teacher-forced: at how many reply tokens the
+    model's most likely next token is not the teacher's. A reply with none would come out exactly under
+    greedy decoding. The few tokens that name an operator are a tiny share of a 1,300-token reply, so the
+    training loss hides whether the model reads them from the prompt; the gap between seen and held-out
+    tasks here shows it, on a scale finer than correct-or-not."""
+    from drk_lab.agent.prompts import initial_prompt
+
+    device = next(model.parameters()).device
+    errors, tokens = [], 0
+    for text, (_, task) in zip(first_turn_texts(items, tokenizer), items):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt(task)}], tokenize=False,
+                                               add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
+        guess = logits[start - 1: len(ids) - 1].argmax(-1).cpu()
+        errors.append(int((guess != torch.tensor(ids[start:])).sum()))
+        tokens += len(ids) - start
+    errors.sort()
+    return {"replies": len(errors), "exact_share": sum(e == 0 for e in errors) / max(len(errors), 1),
+            "errors_median": errors[len(errors) // 2] if errors else None,
+            "token_accuracy": 1 - sum(errors) / max(tokens, 1)}
+
+
 # -- generation speed ------------------------------------------------------------------------------
 def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token_id: int, stop_token_ids: list[int],
                      repeats: int = 2) -> dict:

@@ -55,6 +55,11 @@ def test_every_phase_writes_its_results(smoke):
     # repair rows stay out of pretraining (their buggy replies must not be targets)
     assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
     assert read(run_dir / "sft.json")["loss"]
+    for phase in ("pretrain", "sft"):  # teacher-forced scoring of the teacher's replies, seen and held-out
+        probe = read(run_dir / f"{phase}.json")["reads_the_task"]
+        assert probe["heldout"]["replies"] == 2 and probe["seen"]["replies"] == 1
+        for part in probe.values():
+            assert 0 <= part["exact_share"] <= 1 and 0 <= part["token_accuracy"] < 1 and part["errors_median"] > 0
     genbench = read(run_dir / "genbench.json")
     assert genbench["static_cache"]["generated_tokens"] == 8 * 16 and genbench["logprob_max_abs_diff"] < 1e-4
     rl = read(run_dir / "rl_trloo.json")
@@ -150,3 +155,31 @@ def test_pretraining_rows_hold_whole_texts(smoke):
     for piece in pieces[:-1]:
         assert any("," + ",".join(map(str, piece)) + "," in row for row in filled)
     assert int((rows != -100).sum()) == sum(map(len, pieces))  # every token once
+
+
+def test_teacher_forced_scoring_lines_up_each_guess_with_the_next_reply_token(smoke):
+    """A model that sees the next token scores every reply exact; one that repeats the current token does
+    not. (The prompt's tokens are never scored: a model right only on the reply is exact.)"""
+    import torch
+    from transformers import AutoTokenizer
+
+    from drk_lab.data.export import read_rl_tasks
+    from drk_lab.mini_drkernel import teacher_forced_replies
+
+    tokenizer = AutoTokenizer.from_pretrained(smoke / "run" / "init")
+    items = [(spec, task.small()) for spec, task, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz",
+                                                                       split="heldout")[:2]]
+
+    class Oracle(torch.nn.Module):
+        def __init__(self, shift: int):
+            super().__init__()
+            self.shift, self.weight = shift, torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids):
+            target = torch.roll(input_ids, -self.shift, dims=1)
+            return type("Out", (), {"logits": torch.nn.functional.one_hot(target, len(tokenizer)).float()})
+
+    right = teacher_forced_replies(Oracle(1), tokenizer, items)
+    assert right == {"replies": 2, "exact_share": 1.0, "errors_median": 0, "token_accuracy": 1.0}
+    wrong = teacher_forced_replies(Oracle(0), tokenizer, items)
+    assert wrong["exact_share"] == 0.0 and wrong["errors_median"] > 100 and wrong["token_accuracy"] < 0.5
