@@ -366,3 +366,16 @@ def timing_rows(run: dict) -> list[dict]:
             if isinstance(report, dict) and "seconds" in report]
     rows += [{"phase": f"eval {name}", "seconds": report.get("seconds")} for name, report in run["evals"].items()]
     return rows
+
+
+def reading_rows(run: dict) -> list[dict]:
+    """reads_the_task after pretraining and after SFT, one row per phase and part (held-out, seen)."""
+    return [{"phase": phase, "part": part, **scores}
+            for phase in ("pretrain", "sft")
+            for part, scores in run["phases"].get(phase, {}).get("reads_the_task", {}).items()]
+
+
+def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:
+    """How the replies of each evaluated checkpoint ended on `part`: correct, or the harness's error kind."""
+    return [{"checkpoint": name, **report[part]["outcomes"]} for name, report in run["evals"].items()
+            if "outcomes" in report.get(part, {})]

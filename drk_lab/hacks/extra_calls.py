@@ -89,14 +89,16 @@ def new_memory_filled():
     warn_only: an op with no deterministic version runs as before instead of raising."""
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.utils.deterministic.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # the C switch itself: torch.use_deterministic_algorithms also imports and configures Inductor (about
+    # 900 modules and an environment variable), which a reused worker's check of itself would see as changed
+    torch._C._set_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch._C._set_deterministic_algorithms(saved[0], warn_only=saved[1])
         torch.utils.deterministic.fill_uninitialized_memory = saved[2]
 
 
