@@ -120,6 +120,27 @@ def test_repair_rows_load_beside_the_sft_set_and_train_only_on_the_fix(rl_dir, s
         assert trained.count("class ModelNew") == 1 and trained.startswith("The previous version")
 
 
+def test_a_template_that_would_train_on_a_planted_bug_is_refused(rl_dir, tmp_path):
+    """A chat template that marks every assistant message for loss would teach the planted bugs."""
+    pytest.importorskip("trl")
+    from drk_lab.rl.sft import ColdStartError, run_sft
+    from drk_lab.tiny_model import CHAT_TEMPLATE, make_tiny_model
+
+    rows = [{"messages": [{"role": "user", "content": "task"},
+                          {"role": "assistant", "content": "the planted bug " * 5, "train": False},
+                          {"role": "user", "content": "FAILED (mismatch)"},
+                          {"role": "assistant", "content": "The previous version computed the wrong values."}]}]
+    write_rows(rows, tmp_path / "repairs.parquet")
+    data = load_cold_start(tmp_path / "repairs.parquet")
+    model = make_tiny_model(tmp_path / "tiny")
+    run_sft(model, data, tmp_path / "ok", max_length=4096, train=False)  # the project's template: accepted
+    marks_all = CHAT_TEMPLATE.split("{%- if message['train']")[0] + (
+        "{%- generation -%}{{ message['content'] + '<|im_end|>' }}{%- endgeneration -%}"
+        + CHAT_TEMPLATE.split("{%- endif -%}", 1)[1])
+    with pytest.raises(ColdStartError, match='marked "train": false'):
+        run_sft(model, data, tmp_path / "no", max_length=4096, train=False, chat_template=marks_all)
+
+
 def test_write_rows_names_an_unknown_suffix(tmp_path):
     with pytest.raises(ValueError, match="unknown format"):
         write_rows([{"a": 1}], tmp_path / "rows.csv")

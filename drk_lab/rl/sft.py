@@ -309,6 +309,23 @@ def _check_template(tokenizer) -> None:
                              "loss needs, and this TRL cannot add them: pass chat_template= with markers") from None
 
 
+def _check_untrained_messages(trainer, dataset) -> None:
+    """An assistant message marked "train": False (a repair row's planted bug, drk_lab.data.bugs) must
+    get no loss; only a chat template that leaves such messages out of its {% generation %} block does
+    that. Checked on the first such row as the trainer tokenised it."""
+    marked = next((i for i, messages in enumerate(dataset["messages"])
+                   if any(m.get("train") is False for m in messages)), None)
+    if marked is None:
+        return
+    labels = trainer.data_collator([trainer.train_dataset[marked]])["labels"][0].tolist()
+    trained = trainer.processing_class.decode([t for t in labels if t != -100])
+    untrained = next(m["content"] for m in dataset[marked]["messages"] if m.get("train") is False)
+    if untrained.strip()[:200] in trained:
+        raise ColdStartError('the chat template trains on assistant messages marked "train": false (a repair '
+                             "row's planted bug): leave them out of its {% generation %} block, as "
+                             "drk_lab.tiny_model.CHAT_TEMPLATE does, or drop those rows")
+
+
 def run_sft(model, dataset, output_dir: str | os.PathLike, *, tokenizer=None, lora: dict | None = None,
             lr: float = 1e-5, epochs: float = 1.0, max_steps: int = -1, batch_size: int = 1,
             grad_accum: int = 1, max_length: int | None = 16384, report_to="none", seed: int = 0,
@@ -358,6 +375,7 @@ def run_sft(model, dataset, output_dir: str | os.PathLike, *, tokenizer=None, lo
         processing_class=tokenizer,
         peft_config=lora_config(lora) if lora is not None else None,
     )
+    _check_untrained_messages(trainer, dataset)
     metrics = {}
     if train:
         metrics = dict(trainer.train().metrics)
