@@ -101,3 +101,6 @@ def test_mini_drkernel(tmp_path):
     assert "rl_trloo" in text and "rl_grpo" in text and "heldout_stts" in text  # both RL runs, STTS rows
     assert "static cache" in text and "hacks_per_100_evaluations" in text
     assert (tmp_path / "mini_curves.html").exists()
+    smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
+    assert "exact_share" in smoke and "token_accuracy" in smoke  # reads_the_task after pretraining and SFT
+    assert "no_code" in smoke or "syntax" in smoke  # how the replies ended
