@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -186,8 +187,6 @@ def packed_rows(texts: list[str], tokenizer, length: int, seed: int = 0) -> torc
     answers; cutting a stream at fixed offsets instead left most replies without their task, and the
     model learned the teacher's code but not which code a task asks for. A text longer than a row (a long
     multi-turn conversation) fills rows of its own."""
-    import random
-
     size = length + 1
     pieces = []
     for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:  # one call: the fast tokenizer's threads
