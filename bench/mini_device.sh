@@ -3,12 +3,15 @@
 # phases still missing in runs/mini (the machine's disk keeps them between calls while it is held) and
 # stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
 #   bash bench/mini_device.sh 540 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
-# Order: tokenizer, pretrain, sft, genbench, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation:
-# the same rl_steps), eval rl_grpo. An RL phase cut by the budget resumes from its last step's checkpoint.
+# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation: the same
+# rl_steps), eval rl_grpo, genbench. A phase that does not fit in what is left of a call gives that time
+# to RL steps instead; an RL phase stops before a step that would pass the call's end and resumes next call.
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log).
 set -u
 budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}
 shift
+extra=("$@")
+filling=
 cd "$(dirname "$0")/.."
 run=runs/mini
 results=/tmp/mini_results
@@ -24,6 +27,7 @@ phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left o
   shift
   if [ "$(left)" -lt "$need" ]; then
     echo "stopped: $(left) s left, '$*' needs about $need s"
+    [ "$filling" ] || { filling=1; fill "${extra[@]}"; }
     pack
     exit 0
   fi
@@ -36,19 +40,32 @@ phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left o
 }
 pack() { tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null; }
 
-[ -f $run/init/config.json ] || phase 120 --phase tokenizer "$@"
-[ -f $run/pretrain.json ] || phase 150 --phase pretrain "$@"
-[ -f $run/sft/config.json ] || phase 260 --phase sft "$@"
-[ -f $run/genbench.json ] || phase 90 --phase genbench "$@"
-# the first evaluation also measures the tasks' baselines (eager and torch.compile) on a fresh machine
-[ -f $run/eval_sft.json ] || phase 300 --phase eval --checkpoint sft "$@"
-# RL stops (and checkpoints) before a step that would pass its time limit; the next call resumes it
 rl_done() { python3 -c "import json, sys; sys.exit(json.load(open('$run/rl_$1.json'))['stopped_by_time_limit'])" 2>/dev/null; }
-rl_done trloo || phase 180 --phase rl --advantage trloo --set rl_time_limit_s=$(($(left) - 40)) "$@"
-[ -f $run/eval_rl_trloo.json ] || phase 220 --phase eval --checkpoint rl_trloo "$@"
-rl_done grpo || phase 180 --phase rl --advantage grpo --set rl_time_limit_s=$(($(left) - 40)) "$@"
-# the ablation is compared on the held-out split only (no STTS, no built-in suite): the budget's last minutes
-[ -f $run/eval_rl_grpo.json ] || phase 120 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
+rl() {  # rl ADVANTAGE [ARGS...]: RL steps until the run is done or the call's time is nearly up (it resumes)
+  local advantage=$1
+  shift
+  phase 170 --phase rl --advantage "$advantage" --set rl_time_limit_s=$(($(left) - 40)) "$@"
+}
+fill() {  # a phase that does not fit: spend what is left on RL steps instead of leaving it idle
+  [ -f $run/sft/config.json ] || return 0
+  for advantage in trloo grpo; do
+    rl_done $advantage && continue
+    [ "$(left)" -ge 170 ] && rl $advantage "$@"
+    return 0
+  done
+}
+
+[ -f $run/init/config.json ] || phase 60 --phase tokenizer "$@"
+[ -f $run/pretrain.json ] || phase 200 --phase pretrain "$@"
+[ -f $run/sft/config.json ] || phase 150 --phase sft "$@"
+[ -f $run/eval_sft.json ] || phase 240 --phase eval --checkpoint sft "$@"
+rl_done trloo || rl trloo "$@"
+[ -f $run/eval_rl_trloo.json ] || phase 200 --phase eval --checkpoint rl_trloo "$@"
+rl_done grpo || rl grpo "$@"
+# the ablation is compared on the held-out split only (no STTS, no built-in suite)
+[ -f $run/eval_rl_grpo.json ] || phase 110 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
   --set "eval_builtin_levels=()" "$@"
+# the sampler's speed was measured on earlier runs of the same model size: last, if time is left
+[ -f $run/genbench.json ] || phase 80 --phase genbench "$@"
 echo "all done"
 pack

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import random
 import shutil
@@ -78,8 +79,8 @@ def device_name() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def rl_rows(args, split: str):
-    """(spec, task, row) of the RL prompt set's `split`."""
+def rl_rows(args, split: str | None):
+    """(spec, task, row) of the RL prompt set's `split` (None: both)."""
     from drk_lab.data.export import read_rl_tasks
 
     if not Path(args.rl_data).is_file():
@@ -108,7 +109,7 @@ def reads_the_task(args, settings, model_dir: Path) -> dict:
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device_name()).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return {part: teacher_forced_replies(model, tokenizer, rl_items(args, split, limit, settings))
+    return {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
             for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))}
 
 
@@ -124,7 +125,10 @@ def sft_dataset(args):
 def eval_kwargs(settings: MiniSettings) -> dict:
     if device_name() == "cpu":
         return {"device": "cpu"}
-    return {"correctness_trials": settings.correctness_trials, "timing_trials": settings.timing_trials}
+    # Fast@p and the reward are speedups over eager PyTorch: a torch.compile baseline per new task would
+    # cost seconds each and be read by nothing here
+    return {"correctness_trials": settings.correctness_trials, "timing_trials": settings.timing_trials,
+            "compile_baseline": False}
 
 
 def need(path: Path, phase: str) -> Path:
@@ -171,22 +175,31 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     from transformers import AutoTokenizer
 
     from drk_lab.agent.prompts import initial_prompt
-    from drk_lab.mini_drkernel import conversation_texts, first_turn_texts, pretrain, without_planted_bugs
+    from drk_lab.mini_drkernel import (conversation_texts, first_turn_texts, fresh_train_specs, pretrain,
+                                       without_planted_bugs)
 
     init = need(out / "init", "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(init)
     dataset = without_planted_bugs(sft_dataset(args))
     texts = conversation_texts(dataset, tokenizer)
-    # more operator combinations than the SFT set's 1,020: the teacher's first reply to other train-split
-    # tasks (never a held-out one)
+    # more operator combinations than the SFT set's: the teacher's first reply to other train-split tasks
+    # and to tasks sampled afresh with train-side combinations (never a held-out one)
     covered = {messages[0]["content"] for messages in dataset["messages"]}
-    items = [(spec, task) for spec, task, _ in rl_rows(args, "train")
-             if initial_prompt(task) not in covered][: settings.pretrain_first_turns]
-    texts += first_turn_texts(items, tokenizer)
+    rows = rl_rows(args, None)
+    in_sft = [initial_prompt(task) in covered for _, task, _ in rows]
+    specs = [spec for (spec, _, row), sft in zip(rows, in_sft) if row["split"] == "train" and not sft]
+    specs = specs[: settings.pretrain_first_turns]
+    summary = Path(args.rl_data).with_name("summary.json")  # the set's split rule, for new combinations
+    rule = json.loads(summary.read_text()) if summary.is_file() else {}
+    fresh = fresh_train_specs(settings.pretrain_new_tasks, rows, rule.get("heldout_fraction"), rule.get("seed", 0),
+                              seed=10_000 + settings.seed)
+    texts += first_turn_texts(specs + fresh, tokenizer)
     result = pretrain(init, texts, settings, out / "pretrain")
     return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], "sft_conversations": len(covered),
-            "first_turn_tasks": len(items), "reads_the_task": reads_the_task(args, settings, out / "pretrain"),
-            **result}
+            "first_turn_tasks": len(specs), "new_tasks": len(fresh),
+            "combinations": len({s.combination for s in specs + fresh}
+                                | {s.combination for (s, _, _), sft in zip(rows, in_sft) if sft}),
+            "reads_the_task": reads_the_task(args, settings, out / "pretrain"), **result}
 
 
 def phase_sft(args, settings, out: Path) -> dict:

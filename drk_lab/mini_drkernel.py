@@ -3,7 +3,7 @@
     settings = MiniSettings()                                   # the H200 sizes; MiniSettings.smoke() for the CPU
     tokenizer = build_tokenizer(settings, sft_texts, prompt_texts)
     model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~27M parameters
-    texts = conversation_texts(sft, tokenizer) + first_turn_texts(train_specs_and_tasks, tokenizer)
+    texts = conversation_texts(sft, tokenizer) + first_turn_texts(train_specs, tokenizer)
     pretrain(model_dir, texts, settings, "out/pretrain")
     summary = summarize_evaluation(trajectories)                 # Fast@1 / Fast@1.2 per turn, coverage, hacks
 
@@ -40,8 +40,11 @@ class MiniSettings:
     tokenizer_prompts: int = 2000  # RL prompts (train split) added to the tokenizer's corpus
     # next-token pretraining on the SFT conversations and the teacher's first replies to other train-split
     # tasks (0 steps: skipped)
-    pretrain_steps: int = 600
+    pretrain_steps: int = 1000  # 33M tokens, under one pass over the texts below
     pretrain_first_turns: int = 5000  # at most this many train-split tasks outside the SFT set (0: none)
+    # and to tasks sampled afresh (not validated) whose operator combinations are train-side: the RL set's
+    # 1,159 train combinations alone let the model memorise texts instead of reading the task
+    pretrain_new_tasks: int = 12000
     pretrain_batch: int = 8
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
@@ -89,7 +92,7 @@ class MiniSettings:
     def smoke(cls, **changes) -> MiniSettings:
         """Tiny sizes for a CPU run of every phase in well under a minute."""
         small = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                     intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2, pretrain_first_turns=20,
+                     intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2, pretrain_first_turns=20, pretrain_new_tasks=20,
                      pretrain_batch=2, pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2, eval_seen=1,
@@ -132,17 +135,32 @@ def reply_token_lengths(dataset, tokenizer) -> list[int]:
     return [len(ids) for ids in tokenizer(replies, add_special_tokens=False)["input_ids"]]
 
 
-def first_turn_texts(items, tokenizer) -> list[str]:
-    """The programmatic teacher's first reply to each (spec, task) after the task's first prompt, as chat
+def first_turn_texts(specs, tokenizer) -> list[str]:
+    """The programmatic teacher's first reply to each task spec after the task's first prompt, as chat
     text: the same pair the SFT set's first turns hold, for tasks the SFT set does not cover. These replies
     are not evaluated one by one; the teacher's turns were correct in 3,059 of the 3,060 evaluated on the
     H200 for the SFT set (data/README.md)."""
-    from drk_lab.agent.prompts import initial_prompt
+    from drk_lab.agent.prompts import initial_prompt_for_source
+    from drk_lab.data.spec import render_source
     from drk_lab.data.teacher import answer
 
-    return [tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt(task)},
+    return [tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt_for_source(render_source(spec))},
                                            {"role": "assistant", "content": answer(spec, 1)}], tokenize=False)
-            for spec, task in items]
+            for spec in specs]
+
+
+def fresh_train_specs(n: int, rl_rows, heldout_fraction: float | None, split_seed: int, seed: int) -> list:
+    """`n` task specs sampled afresh (data.generator.sample_specs) that are none of the RL prompt set's
+    `rl_rows` ((spec, task, row), both splits) and whose operator combination is train-side for that set
+    (data.splits.is_train_combination with its heldout_fraction and seed): more combinations for
+    pretraining, never a held-out one."""
+    from drk_lab.data.generator import sample_specs
+    from drk_lab.data.splits import combinations_by_split, is_train_combination
+
+    known = combinations_by_split([row for _, _, row in rl_rows])
+    taken = {spec.key for spec, _, _ in rl_rows}
+    return sample_specs(n, seed, keep=lambda spec: spec.key not in taken and is_train_combination(
+        spec.combination, known, heldout_fraction, split_seed))
 
 
 # -- tokenizer and model ---------------------------------------------------------------------------
@@ -240,19 +258,20 @@ def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, ou
 
 # -- does the model read the task? ---------------------------------------------------------------
 @torch.no_grad()
-def teacher_forced_replies(model, tokenizer, items) -> dict:
-    """The teacher's first reply to each (spec, task), scored teacher-forced: at how many reply tokens the
+def teacher_forced_replies(model, tokenizer, specs) -> dict:
+    """The teacher's first reply to each task spec, scored teacher-forced: at how many reply tokens the
     model's most likely next token is not the teacher's. A reply with none would come out exactly under
     greedy decoding. The few tokens that name an operator are a tiny share of a 1,300-token reply, so the
     training loss hides whether the model reads them from the prompt; the gap between seen and held-out
     tasks here shows it, on a scale finer than correct-or-not."""
-    from drk_lab.agent.prompts import initial_prompt
+    from drk_lab.agent.prompts import initial_prompt_for_source
+    from drk_lab.data.spec import render_source
 
     device = next(model.parameters()).device
     errors, tokens = [], 0
-    for text, (_, task) in zip(first_turn_texts(items, tokenizer), items):
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt(task)}], tokenize=False,
-                                               add_generation_prompt=True)
+    for text, spec in zip(first_turn_texts(specs, tokenizer), specs):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt_for_source(render_source(spec))}],
+                                               tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]

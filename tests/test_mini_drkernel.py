@@ -54,6 +54,7 @@ def test_every_phase_writes_its_results(smoke):
     assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
     # repair rows stay out of pretraining (their buggy replies must not be targets)
     assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
+    assert pretrain["new_tasks"] == 20 and pretrain["combinations"] > 20
     assert read(run_dir / "sft.json")["loss"]
     for phase in ("pretrain", "sft"):  # teacher-forced scoring of the teacher's replies, seen and held-out
         probe = read(run_dir / f"{phase}.json")["reads_the_task"]
@@ -128,10 +129,33 @@ def test_first_turn_texts_are_the_sft_sets_first_turns(smoke):
     sft = pd.read_parquet(REPO / "data" / "sft" / "sft.parquet").head(3)
     by_name = {task.name: (spec, task) for spec, task, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz",
                                                                          split="train")}
-    texts = first_turn_texts([by_name[name] for name in sft["task"]], tokenizer)
+    texts = first_turn_texts([by_name[name][0] for name in sft["task"]], tokenizer)
     expected = [tokenizer.apply_chat_template(list(messages[:2]), tokenize=False) for messages in sft["messages"]]
     assert texts == expected and all("```python" in t for t in texts)
 
+
+
+def test_fresh_pretraining_tasks_never_take_a_heldout_combination():
+    """The tasks sampled afresh for pretraining are new (none of the RL set's), their combinations are the
+    set's train combinations or new ones its split rule puts in train, and they add combinations."""
+    import json as json_
+
+    from drk_lab.data.export import read_rl_tasks
+    from drk_lab.data.splits import combinations_by_split, is_heldout
+    from drk_lab.mini_drkernel import fresh_train_specs
+
+    rows = read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz")
+    rule = json_.loads((REPO / "data" / "rl" / "summary.json").read_text())
+    known = combinations_by_split([row for _, _, row in rows])
+    fresh = fresh_train_specs(2000, rows, rule["heldout_fraction"], rule["seed"], seed=1)
+    assert len(fresh) == 2000 and len({s.key for s in fresh}) == 2000
+    assert not {s.key for s in fresh} & {spec.key for spec, _, _ in rows}
+    combos = {s.combination for s in fresh}
+    assert not combos & known["heldout"] and not any(is_heldout(c, rule["heldout_fraction"], rule["seed"]) for c in combos)
+    assert combos - known["train"]  # combinations the set does not hold
+    # without the set's split rule, only its own train combinations are taken
+    strict = fresh_train_specs(300, rows, None, 0, seed=1)
+    assert {s.combination for s in strict} <= known["train"]
 
 
 def test_pretraining_rows_hold_whole_texts(smoke):
@@ -167,8 +191,7 @@ def test_teacher_forced_scoring_lines_up_each_guess_with_the_next_reply_token(sm
     from drk_lab.mini_drkernel import teacher_forced_replies
 
     tokenizer = AutoTokenizer.from_pretrained(smoke / "run" / "init")
-    items = [(spec, task.small()) for spec, task, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz",
-                                                                       split="heldout")[:2]]
+    specs = [spec for spec, _, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz", split="heldout")[:2]]
 
     class Oracle(torch.nn.Module):
         def __init__(self, shift: int):
@@ -179,7 +202,7 @@ def test_teacher_forced_scoring_lines_up_each_guess_with_the_next_reply_token(sm
             target = torch.roll(input_ids, -self.shift, dims=1)
             return type("Out", (), {"logits": torch.nn.functional.one_hot(target, len(tokenizer)).float()})
 
-    right = teacher_forced_replies(Oracle(1), tokenizer, items)
+    right = teacher_forced_replies(Oracle(1), tokenizer, specs)
     assert right == {"replies": 2, "exact_share": 1.0, "errors_median": 0, "token_accuracy": 1.0}
-    wrong = teacher_forced_replies(Oracle(0), tokenizer, items)
+    wrong = teacher_forced_replies(Oracle(0), tokenizer, specs)
     assert wrong["exact_share"] == 0.0 and wrong["errors_median"] > 100 and wrong["token_accuracy"] < 0.5

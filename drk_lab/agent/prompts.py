@@ -76,6 +76,11 @@ REQUEST_FASTER = ("Write an improved `ModelNew` that is faster while staying cor
 
 
 def initial_prompt(task: Task) -> str:
+    return initial_prompt_for_source(task.source)
+
+
+def initial_prompt_for_source(source: str) -> str:
+    """The first prompt for a task's reference source (without building the Task)."""
     # SMALL_SIZES is the harness's CPU setting, not part of the problem
-    source = re.sub(r"^SMALL_SIZES\s*=\s*\{[^\n]*\}[ \t]*\n?", "", task.source, flags=re.M).strip()
+    source = re.sub(r"^SMALL_SIZES\s*=\s*\{[^\n]*\}[ \t]*\n?", "", source, flags=re.M).strip()
     return PROMPT_TEMPLATE.format(source=source, example=TRITON_EXAMPLE)

@@ -1,6 +1,7 @@
 """New KernelBench-format tasks composed from the vocabulary (operators.py), validated and deduplicated.
 
     tasks = generate_tasks(100, seed=0)          # [GeneratedTask(spec, task)], deterministic given the seed
+    specs = sample_specs(10000, seed=1)          # [TaskSpec], not validated: pretraining text only
 
 Level 1: one operator alone (an activation, a row normalisation or reduction, a linear layer, a conv).
 Level 2: a linear layer or conv followed by 1-3 pointwise, bias or residual steps, and for a linear
@@ -212,6 +213,23 @@ def generate_tasks(n: int, seed: int = 0, level1_share: float = 0.25, progress: 
             bar.update(1)
     if bar is not None:
         bar.close()
+    return out
+
+
+def sample_specs(n: int, seed: int, keep=None, level1_share: float = 0.25) -> list[TaskSpec]:
+    """`n` distinct specs (by TaskSpec.key) that `keep(spec)` accepts, drawn as generate_tasks draws them
+    but not validated (no module is run, so thousands take a second): text for pretraining, where the
+    teacher's reply is right whatever the task's numerics. Tasks to evaluate come from generate_tasks."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out: list[TaskSpec] = []
+    for _ in range(50 * n + 100):
+        if len(out) == n:
+            break
+        spec = sample_spec(rng, 1 if rng.random() < level1_share else 2)
+        if spec.key not in seen and (keep is None or keep(spec)):
+            out.append(spec)
+        seen.add(spec.key)
     return out
 
 

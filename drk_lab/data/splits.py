@@ -20,6 +20,16 @@ def split_of(combination: str, heldout_fraction: float, seed: int = 0) -> str:
     return "heldout" if is_heldout(combination, heldout_fraction, seed) else "train"
 
 
+def is_train_combination(combination: str, known: dict[str, set[str]], heldout_fraction: float | None,
+                         seed: int = 0) -> bool:
+    """Whether tasks with `combination` may be trained on beside a prompt set whose combinations by split
+    are `known` (combinations_by_split): a combination of the set keeps its split; a new one follows the
+    set's hash rule (its heldout_fraction and seed), or is refused when that rule is not known."""
+    if combination in known.get("train", ()) or combination in known.get("heldout", ()):
+        return combination in known.get("train", ())
+    return heldout_fraction is not None and not is_heldout(combination, heldout_fraction, seed)
+
+
 def combinations_by_split(rows) -> dict[str, set[str]]:
     """{"train": {...}, "heldout": {...}}: the combinations of each split among rows with `combination`
     and `split` (the held-out test checks that the two sets are disjoint)."""
