@@ -13,20 +13,21 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              (hidden 512, 8 layers, 8 heads / 4 KV heads, ~27M parameters with tied embeddings) -> init/;
              reports how many of the teacher's replies fit in max_new_tokens
   pretrain   next-token training (all tokens) on the SFT conversations (not the repairs) and the teacher's
-             first replies to the other train-split tasks: 600 steps of 8 rows of 4,096 tokens holding whole
-             texts, bf16 autocast -> pretrain/ (optional, --set pretrain_steps=0)
+             first replies to the other train-split tasks and to 12,000 tasks sampled afresh whose operator
+             combinations are train-side: 1,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
+             autocast -> pretrain/ (optional, --set pretrain_steps=0)
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
              bug's reply is context, not a target), batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
              and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
   rl         RLTrainer on the train split: 4 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
-             lr 5e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
+             lr 1e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
              rl_<tag>/ckpt (a second call resumes), stops before a step that would pass rl_time_limit_s
-             -> rl_<tag>/model
+             -> rl_<tag>/model; then the teacher-forced scores of pretrain and sft (reads_the_task)
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
              train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep
-             2, 2 iterations = 4 turns) on 16 held-out tasks; temperature 0.7 -> eval_<checkpoint>.json
-             (+ trajectories)
+             2, 2 iterations = 4 turns) on 16 held-out tasks; temperature 0.7; speedups over eager
+             PyTorch (no torch.compile baselines) -> eval_<checkpoint>.json (+ trajectories)
 
 On the H200, bench/mini_device.sh runs these phases in device calls of at most 10 minutes, each resuming
 where the last stopped (docs/mini_drkernel.md has the time plan). --export defaults to $OUT.
@@ -284,8 +285,11 @@ def phase_rl(args, settings, out: Path) -> dict:
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()
     trainer.export(folder / "model")
-    return {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
+    done = {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
             "resumed": resume is not None, "stopped_by_time_limit": trainer.state.step < settings.rl_steps}
+    if not done["stopped_by_time_limit"]:  # the teacher's replies scored as after SFT: did RL unlearn them?
+        done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
+    return done
 
 
 def phase_eval(args, settings, out: Path) -> dict:

@@ -56,7 +56,7 @@ def test_every_phase_writes_its_results(smoke):
     assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
     assert pretrain["new_tasks"] == 20 and pretrain["combinations"] > 20
     assert read(run_dir / "sft.json")["loss"]
-    for phase in ("pretrain", "sft"):  # teacher-forced scoring of the teacher's replies, seen and held-out
+    for phase in ("pretrain", "sft", "rl_trloo"):  # teacher-forced scoring of the teacher's replies, seen and held-out
         probe = read(run_dir / f"{phase}.json")["reads_the_task"]
         assert probe["heldout"]["replies"] == 2 and probe["seen"]["replies"] == 1
         for part in probe.values():
@@ -84,6 +84,21 @@ def test_every_phase_writes_its_results(smoke):
             assert summary["cut_off_rate"] == cut / len(turns_run) and summary["replies"] == len(turns_run)
             kinds = [t["result"]["error_kind"] or ("correct" if t["result"]["correct"] else "wrong") for t in turns_run]
             assert summary["outcomes"] == {k: kinds.count(k) for k in set(kinds)}
+
+
+def test_the_notebooks_tables_read_the_exported_run(smoke):
+    """notebook 06's helpers on the --export copy: SFT first in the headline, the teacher-forced scores in
+    the order the model was trained (pretraining, SFT, then the RL run), every evaluation's outcomes."""
+    from drk_lab.mini_drkernel import headline_rows, outcome_rows, read_run, reading_rows
+
+    result = read_run(smoke / "export")
+    assert [row["checkpoint"] for row in headline_rows(result)] == ["sft", "rl_trloo"]
+    assert [(row["phase"], row["part"]) for row in reading_rows(result)] == [
+        (phase, part) for phase in ("pretrain", "sft", "rl_trloo") for part in ("heldout", "seen")]
+    outcomes = outcome_rows(result)
+    assert [row["checkpoint"] for row in outcomes] == ["sft", "rl_trloo"]
+    for row in outcomes:
+        assert sum(v for k, v in row.items() if k != "checkpoint") == result["evals"][row["checkpoint"]]["heldout"]["replies"]
 
 
 def test_export_copies_only_the_small_files(smoke):

@@ -175,6 +175,31 @@ def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, re
     assert all(torch.allclose(final[k], end[k], atol=1e-7) for k in end)
 
 
+def test_one_optimizer_step_moves_each_turn_the_way_its_advantage_points(tiny_path, relu_small, relu_solution,
+                                                                       tmp_path):
+    """Through the trainer's own pipeline (rollout, batch, filters, advantages, loss, AdamW): after one
+    optimizer step, each turn's log-probability rises when its advantage is positive and falls when it is
+    negative. A sign slip anywhere from the reward to the token mask would reverse one of them."""
+    trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, lr=1e-4, mini_batches=1, save_rollouts=False),
+                        force_responses=force_solution(relu_solution))
+    trainer._ensure_scheduler(1)
+    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
+    before = trainer.recompute_logprobs(batch)
+    valid, _ = trainer.select(batch, before, 0)
+    adv = trainer.advantages(batch, valid)
+    trainer.optimize(batch, before, adv, valid)
+    after = trainer.recompute_logprobs(batch)
+    moved = 0
+    for b, t in (adv != 0).nonzero().tolist():
+        turn = torch.zeros_like(adv)
+        turn[b, t] = 1.0
+        tokens = (batch.token_values(turn) > 0) & batch.model_mask
+        change = float((after - before)[tokens].sum())
+        assert change * float(adv[b, t]) > 0, (b, t, float(adv[b, t]), change)
+        moved += 1
+    assert moved >= 2 and (adv > 0).any() and (adv < 0).any()  # the forced good reply and a sampled bad one
+
+
 def test_lora_trains_only_the_adapter(tiny_path, relu_small, relu_solution, tmp_path):
     trainer = RLTrainer(str(tiny_path), [relu_small], force_responses=force_solution(relu_solution),
                         **settings(tmp_path, turns=1, lora={"r": 4, "target_modules": ["q_proj", "v_proj"]}))

@@ -129,6 +129,15 @@ def has_browser() -> bool:
     return any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome"))
 
 
+def test_outcome_chart_stacks_each_checkpoints_shares():
+    rows = [{"checkpoint": "sft", "mismatch": 6, "correct": 2}, {"checkpoint": "rl", "syntax": 3, "correct": 1}]
+    fig = plots.outcome_chart(rows)
+    assert [t.name for t in fig.data] == ["correct", "mismatch", "syntax"] and fig.layout.barmode == "stack"
+    shares = {t.name: list(t.y) for t in fig.data}
+    assert shares == {"correct": [0.25, 0.25], "mismatch": [0.75, 0.0], "syntax": [0.0, 0.75]}
+    assert list(fig.data[0].customdata) == [2, 1]
+
+
 def test_save_figure_writes_html_and_png(tmp_path):
     fig = go.Figure(go.Bar(x=["a"], y=[1.0]))
     paths = plots.save_figure(fig, "bars", folder=tmp_path / "figs")

@@ -187,6 +187,21 @@ def fast_p_chart(table_rows: list[dict], ps=None) -> go.Figure:
     return fig
 
 
+def outcome_chart(rows: list[dict], title: str = "How the replies ended") -> go.Figure:
+    """Stacked bars, one per row ({"checkpoint": name, outcome: count, ...}, as mini_drkernel.outcome_rows
+    gives them): each outcome's share of that checkpoint's replies, "correct" first."""
+    kinds = sorted({k for row in rows for k in row if k != "checkpoint"}, key=lambda k: (k != "correct", k))
+    names = [row["checkpoint"] for row in rows]
+    totals = [sum(v for k, v in row.items() if k != "checkpoint") or 1 for row in rows]
+    fig = go.Figure()
+    for i, kind in enumerate(kinds):
+        counts = [row.get(kind, 0) for row in rows]
+        fig.add_bar(x=names, y=[c / t for c, t in zip(counts, totals)], name=kind, marker_color=_color(i),
+                    customdata=counts, hovertemplate=kind + ": %{customdata} (%{y:.0%})<extra></extra>")
+    fig.update_layout(title=title, barmode="stack", yaxis={"title": "share of replies", "tickformat": ".0%"})
+    return fig
+
+
 def figure_bundle(fig: go.Figure) -> dict:
     """The figure as a raw MIME bundle (plotly's JSON MIME type, drawn by JupyterLab, Notebook 7 and VS
     Code), without going through plotly's display hook, which outside a notebook may open a browser."""
