@@ -79,6 +79,8 @@ def read_log(log_dir: str | Path) -> list[dict]:
 
 
 # -- what one RL step logs ---------------------------------------------------------------------
+# the shares of a step's replies logged as outcome/<kind> (the harness's other error kinds count as "other")
+OUTCOMES = ("correct", "no_code", "syntax", "load", "compile", "runtime", "mismatch", "hacked", "other")
 LOSS_METRICS = ("clip_low", "clip_high", "clip_dual", "ratio_mean", "approx_kl")
 MRS_STATS = ("mrs/weight_mean", "mrs/weight_min", "mrs/weight_max", "mrs/log_ratio_abs_mean", "mrs/log_ratio_abs_max",
              "mrs/k3_kl", "mrs/token_ratio_min", "mrs/vetoed_tokens")
@@ -91,6 +93,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
 
     Keys: step, lr; reward_mean, reward_mean/turn_t, fast@1/turn_t, fast@1.2/turn_t, correct/turn_t, fast@1/best (any turn
     fast); valid_turn_frac, advantage_abs_mean, cut_off_frac (sampled replies that hit max_new_tokens);
+    outcome/<kind> (the share of the step's replies that ended correct or in that error kind, OUTCOMES);
     mrs/rejected_frac (trajectories MRS rejects, logged even with MRS off), prs/rejected_frac (of all
     turns), prs/rejected_frac_of_judged; entropy, clip_low,
     clip_high, clip_dual, ratio_mean, approx_kl (per trained token); loss (the sequence-mean loss, mean
@@ -120,6 +123,12 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     pairs["advantage_abs_mean"] = (float(adv[valid].abs().sum()), float(valid.sum()))
     # replies that hit max_new_tokens: when most are cut off, rewards are sparse whatever the model knows
     pairs["cut_off_frac"] = (float(stats["cut_off_replies"]), float(stats["sampled_replies"]))
+    # how the step's replies ended: a rising syntax share is a policy coming apart before its reward shows it
+    ended = [turn.result.error_kind or ("correct" if turn.result.correct else "other")
+             for traj in rollout.trajectories for turn in traj.turns]
+    ended = [kind if kind in OUTCOMES else "other" for kind in ended]
+    for kind in OUTCOMES:
+        pairs[f"outcome/{kind}"] = (float(ended.count(kind)), float(len(ended)))
     pairs["mrs/rejected_frac"] = (filter_metrics["mrs/rejected"], b)
     if "prs/rejected" in filter_metrics:
         pairs["prs/rejected_frac"] = (filter_metrics["prs/rejected"], exists)
