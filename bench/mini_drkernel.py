@@ -23,7 +23,7 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   rl         RLTrainer on the train split: 4 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
              lr 1e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
              rl_<tag>/ckpt (a second call resumes), stops before a step that would pass rl_time_limit_s
-             -> rl_<tag>/model; then the teacher-forced scores of pretrain and sft (reads_the_task)
+             -> rl_<tag>/model, scored teacher-forced as after pretrain and sft (reads_the_task)
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
              train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep
              2, 2 iterations = 4 turns) on 16 held-out tasks; temperature 0.7; speedups over eager
