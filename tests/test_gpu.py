@@ -3,6 +3,8 @@
 import importlib.util
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -87,6 +89,26 @@ def test_poisoning_inside_the_cache_still_catches_reads_of_freed_memory(plant, t
     finally:
         drk.configure(poison_in_cache=False)
     assert r.hacked and reason in r.hack_reasons, (r.hack_reasons, r.error)
+
+
+def test_blocking_sync_sets_the_contexts_flag_and_evaluations_still_time(relu, relu_solution):
+    """wait_by_blocking before CUDA starts gives the primary context CU_CTX_SCHED_BLOCKING_SYNC, and a
+    worker started with blocking_sync evaluates and times as before."""
+    probe = ("import ctypes, torch\n"
+             "from drk_lab.harness.devices import wait_by_blocking\n"
+             "assert wait_by_blocking(0) is None\n"
+             "torch.empty(1, device='cuda')\n"
+             "flags = ctypes.c_uint()\n"
+             "assert ctypes.CDLL('libcuda.so.1').cuCtxGetFlags(ctypes.byref(flags)) == 0\n"
+             "print(flags.value & 0x7)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "4", done.stderr
+    drk.configure(blocking_sync=True)
+    try:
+        r = drk.evaluate(relu, relu_solution, timing_trials=30)
+    finally:
+        drk.configure(blocking_sync=False)
+    assert r.correct and not r.hacked and r.timings_valid and r.speedup and r.speedup > 0
 
 
 def load(name: str, path: str):

@@ -28,6 +28,10 @@ class HarnessSettings:
     # (cudaFree, cudaMalloc and a synchronize per trial): an experiment, off until the GPU recall run
     # shows it catches what the default catches
     poison_in_cache: bool = False
+    # a worker waiting for the GPU sleeps until the driver wakes it instead of spinning on a core (the
+    # driver spins when a process has fewer CUDA contexts than the machine has cores): an experiment, off
+    # until an A/B on the GPU shows what it does to throughput with 16 workers on 16 cores
+    blocking_sync: bool = False
 
     @classmethod
     def from_environment(cls, env=None) -> HarnessSettings:
