@@ -144,7 +144,7 @@ def phase_latency():
         print(f"{rows[-1]['task']:38s} {rows[-1]['seconds']:5.2f} s ok={r.ok} {r.stage_seconds}", flush=True)
     summary = {f"level{lvl}_median_s": statistics.median(x["seconds"] for x in rows if x["level"] == lvl) for lvl in (1, 2)}
     print(summary)
-    save("latency", {"rows": rows, "summary": summary})
+    save("latency" + ("_blocking_sync" if harness_settings().blocking_sync else ""), {"rows": rows, "summary": summary})
 
 
 def lock_holds(since: float, until: float) -> dict | None:
@@ -159,6 +159,17 @@ def lock_holds(since: float, until: float) -> dict | None:
     return report([h for h in holds if since <= h["asked"] <= until])
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat), or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     """Seconds for `pairs` once the pool is warm: one untimed round of IN_FLIGHT evaluations first, so
     that workers starting (about 4 s each before any work) are not counted."""
@@ -166,9 +177,11 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     drk.evaluate_many(warm, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile,
                       progress=False)
     since = time.time()
-    start = time.perf_counter()
+    start, ticks = time.perf_counter(), cpu_ticks()
     results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile)
-    seconds = time.perf_counter() - start
+    seconds, ticks_after = time.perf_counter() - start, cpu_ticks()
+    # the share of all cores busy meanwhile: near 1, the CPUs (compiles, and waits that spin) set the rate
+    cpu_busy = ((ticks_after[0] - ticks[0]) / max(ticks_after[1] - ticks[1], 1)) if ticks and ticks_after else None
     stages, parts = {}, {}
     for r in results:
         for stage, t in (r.stage_seconds or {}).items():
@@ -178,6 +191,7 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     return {"isolation": isolation, "profile": profile, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
+            "cpu_busy": cpu_busy, "blocking_sync": harness_settings().blocking_sync,
             "lifecycle_lock": harness_settings().lifecycle_lock,
             "worker_uses": harness_settings().worker_uses if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
@@ -210,7 +224,8 @@ def phase_throughput_no_profile():
 
 def phase_throughput_fork():
     """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0 or DRK_WORKER_USES=1)."""
-    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses}")
+    blocking = "_blocking_sync" if harness_settings().blocking_sync else ""
+    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses}{blocking}")
 
 
 def cv(values):
