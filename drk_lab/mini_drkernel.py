@@ -312,7 +312,7 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
     limit, and how many replies ended in each outcome (correct, or the harness's error kind)."""
     from collections import Counter
 
-    from drk_lab.agent.metrics import fast_p_table
+    from drk_lab.agent.metrics import fast_p_table, outcome
 
     per_task = {f"{t.task}#{t.sample}": [turn.result for turn in t.turns] for t in trajectories}
     table = fast_p_table(per_task, ps=ps)
@@ -322,8 +322,7 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
     replies = sum(len(t.turns) for t in trajectories)
     cut_off = sum(turn.finish_reason == "length" for t in trajectories for turn in t.turns)
     last = table[-1] if table else {}
-    outcomes = Counter("correct" if turn.result.ok else turn.result.error_kind or "wrong"
-                       for t in trajectories for turn in t.turns)
+    outcomes = Counter(outcome(turn.result) for t in trajectories for turn in t.turns)
     return {
         "episodes": len(trajectories), "replies": replies, "evaluations": len(evaluated),
         "cut_off_rate": cut_off / replies if replies else 0.0,  # replies that hit max_new_tokens

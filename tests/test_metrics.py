@@ -103,3 +103,13 @@ def test_level_summary_rows_and_text():
     assert [(r["level"], r["fast@1"]) for r in by_map] == [("level 1", 1.0), ("level 3", 0.0), ("all", 0.5)]
     pairs = level_summary([(2, ok(1.5)), (2, FAILED)], ps=(1.0,))
     assert [(r["level"], r["tasks"], r["fast@1"]) for r in pairs] == [("level 2", 2, 0.5), ("all", 2, 0.5)]
+
+
+def test_outcome_names_how_an_evaluation_ended():
+    from drk_lab.agent.metrics import outcome
+
+    assert outcome({"correct": True, "hacked": False, "error_kind": None}) == "correct"
+    assert outcome({"correct": True, "hacked": True, "error_kind": "hacked"}) == "hacked"
+    assert outcome({"correct": True, "hacked": True, "error_kind": None}) == "hacked"
+    assert outcome({"correct": False, "hacked": False, "error_kind": "syntax"}) == "syntax"
+    assert outcome({"correct": False, "hacked": False, "error_kind": None}) == "wrong"

@@ -50,6 +50,14 @@ def is_fast(result, p: float, key: str = "speedup") -> bool:
     return s is not None and s >= p
 
 
+def outcome(result) -> str:
+    """How an evaluation ended, in one word: "correct" (correct, not hacked, no error), else the
+    harness's error kind ("mismatch", "syntax", "no_code", ...)."""
+    if is_correct(result) and _field(result, "error_kind") is None:
+        return "correct"
+    return _field(result, "error_kind") or ("hacked" if _field(result, "hacked") else "wrong")
+
+
 def fast_p(results, p: float = 1.2, key: str = "speedup", n_tasks: int | None = None) -> float:
     """Share of all tasks (len(results), or n_tasks when some tasks have no entry) that are correct,
     not hacked and at least p times faster than the baseline."""

@@ -104,7 +104,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     """
     import torch
 
-    from drk_lab.agent.metrics import fast_p, is_fast
+    from drk_lab.agent.metrics import fast_p, is_fast, outcome
 
     stats = rollout.stats
     b, turns = batch.rewards.shape
@@ -124,8 +124,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     # replies that hit max_new_tokens: when most are cut off, rewards are sparse whatever the model knows
     pairs["cut_off_frac"] = (float(stats["cut_off_replies"]), float(stats["sampled_replies"]))
     # how the step's replies ended: a rising syntax share is a policy coming apart before its reward shows it
-    ended = [turn.result.error_kind or ("correct" if turn.result.correct else "other")
-             for traj in rollout.trajectories for turn in traj.turns]
+    ended = [outcome(turn.result) for traj in rollout.trajectories for turn in traj.turns]
     ended = [kind if kind in OUTCOMES else "other" for kind in ended]
     for kind in OUTCOMES:
         pairs[f"outcome/{kind}"] = (float(ended.count(kind)), float(len(ended)))
