@@ -176,8 +176,8 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     from transformers import AutoTokenizer
 
     from drk_lab.agent.prompts import initial_prompt
-    from drk_lab.mini_drkernel import (conversation_texts, first_turn_texts, fresh_train_specs, pretrain,
-                                       without_planted_bugs)
+    from drk_lab.mini_drkernel import (conversation_texts, first_turn_texts, fresh_train_specs, operator_drill,
+                                       pretrain, without_planted_bugs)
 
     init = need(out / "init", "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(init)
@@ -195,9 +195,12 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     fresh = fresh_train_specs(settings.pretrain_new_tasks, rows, rule.get("heldout_fraction"), rule.get("seed", 0),
                               seed=10_000 + settings.seed)
     texts += first_turn_texts(specs + fresh, tokenizer)
+    drills = fresh_train_specs(settings.pretrain_drills, rows, rule.get("heldout_fraction"), rule.get("seed", 0),
+                               seed=20_000 + settings.seed)
+    texts += [operator_drill(spec) for spec in drills]
     result = pretrain(init, texts, settings, out / "pretrain")
     return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], "sft_conversations": len(covered),
-            "first_turn_tasks": len(specs), "new_tasks": len(fresh),
+            "first_turn_tasks": len(specs), "new_tasks": len(fresh), "drills": len(drills),
             "combinations": len({s.combination for s in specs + fresh}
                                 | {s.combination for (s, _, _), sft in zip(rows, in_sft) if sft}),
             "reads_the_task": reads_the_task(args, settings, out / "pretrain"), **result}
@@ -287,8 +290,8 @@ def phase_rl(args, settings, out: Path) -> dict:
     trainer.export(folder / "model")
     done = {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
             "resumed": resume is not None, "stopped_by_time_limit": trainer.state.step < settings.rl_steps}
-    if not done["stopped_by_time_limit"]:  # the teacher's replies scored as after SFT: did RL unlearn them?
-        done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
+    # the teacher's replies scored as after SFT (a few seconds): did RL unlearn them?
+    done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
     return done
 
 
@@ -299,14 +302,16 @@ def phase_eval(args, settings, out: Path) -> dict:
     from drk_lab.agent.context import episode_schedule, stts_schedule
     from drk_lab.agent.episodes import run_many
     from drk_lab.agent.trajectory import write_jsonl
-    from drk_lab.mini_drkernel import summarize_evaluation
+    from drk_lab.mini_report import summarize_evaluation
     from drk_lab.rl.sampler import StaticCachePolicy
 
     name = args.checkpoint
     path = Path(name) if Path(name).is_dir() else out / name / "model" if name.startswith("rl_") else out / name
     policy = StaticCachePolicy(str(need(path, "sft" if name == "sft" else "rl")), dtype=torch.float32)
-    heldout = rl_tasks(args, "heldout", settings.eval_heldout, settings)
-    seen = rl_tasks(args, "train", settings.eval_seen, settings) if settings.eval_seen else []
+    heldout_items = rl_items(args, "heldout", settings.eval_heldout, settings)
+    seen_items = rl_items(args, "train", settings.eval_seen, settings) if settings.eval_seen else []
+    specs = {task.name: spec for spec, task in heldout_items + seen_items}  # to check the operators written
+    heldout, seen = [task for _, task in heldout_items], [task for _, task in seen_items]
     builtin = [t for level in settings.eval_builtin_levels for t in drk.builtin_tasks(level=level)]
     builtin = builtin[: settings.eval_builtin_max] if settings.eval_builtin_max else builtin
     builtin = [t.small() for t in builtin] if device_name() == "cpu" else builtin
@@ -330,7 +335,7 @@ def phase_eval(args, settings, out: Path) -> dict:
             mine = [t for t in trajectories if t.task in names]
             if mine:
                 write_jsonl(mine, out / f"eval_{label}_{part}.jsonl", append=False)
-                report[part] = {**summarize_evaluation(mine), "tasks": len(part_tasks)}
+                report[part] = {**summarize_evaluation(mine, specs=specs), "tasks": len(part_tasks)}
     return report
 
 

@@ -45,6 +45,10 @@ class MiniSettings:
     # and to tasks sampled afresh (not validated) whose operator combinations are train-side: the RL set's
     # 1,159 train combinations alone let the model memorise texts instead of reading the task
     pretrain_new_tasks: int = 12000
+    # short drills, one per fresh train-side task: the forward's lines beside the kernel's lines for the same
+    # operators. In whole replies the few tokens that name an operator are drowned by the template, and the
+    # fourth H200 run's model wrote the task's chain in 2 of 94 replies (chance), though its loss was 0.015
+    pretrain_drills: int = 60_000  # about 8M tokens, a sixth of the packed rows
     pretrain_batch: int = 8
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
@@ -95,7 +99,7 @@ class MiniSettings:
         """Tiny sizes for a CPU run of every phase in well under a minute."""
         small = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                      intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2,
-                     pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_batch=2, pretrain_length=128,
+                     pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20, pretrain_batch=2, pretrain_length=128,
                      sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2, eval_seen=1,
@@ -160,6 +164,18 @@ def fresh_train_specs(n: int, rl_rows, heldout_fraction: float | None, split_see
     taken = {spec.key for spec, _, _ in rl_rows}
     return sample_specs(n, seed, keep=lambda spec: spec.key not in taken and is_train_combination(
         spec.combination, known, heldout_fraction, split_seed))
+
+
+def operator_drill(spec) -> str:
+    """The two places a task's operators appear, as the prompt and the teacher's reply write them: the
+    reference's forward lines, then the chain kernel's load, pointwise lines and store. A few dozen tokens in
+    which the operator lines are a large share, where in a whole reply they are a few of 1,300."""
+    from drk_lab.data.kernels_rows import OUT, chain_lines, flat_bias_load
+    from drk_lab.data.spec import forward_lines
+
+    kernel = ["h = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)", *chain_lines(spec, flat_bias_load),
+              f"tl.store(y_ptr + offs, v.to({OUT}), mask=mask)"]
+    return "".join(f"        {line}\n" for line in forward_lines(spec)) + "".join(f"    {line}\n" for line in kernel)
 
 
 # -- tokenizer and model ---------------------------------------------------------------------------
@@ -302,98 +318,3 @@ def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token
     best = min((once() for _ in range(repeats)), key=lambda r: r[1])
     return {"rows": len(prompts), "prompt_tokens_max": max(map(len, prompts)), "new_tokens": max_new,
             "generated_tokens": best[0], "seconds": best[1], "tokens_per_s": best[0] / best[1]}
-
-
-# -- evaluation summary ----------------------------------------------------------------------------
-def summarize_evaluation(trajectories, ps=(1.0, 1.2)) -> dict:
-    """What an evaluation shows: per turn Fast@p and correct rate (and best so far), over all
-    evaluations the mean coverage of the correct kernels, reward-hack attempts caught per 100
-    evaluations (replies with no code are not evaluations), the share of replies cut off by the token
-    limit, and how many replies ended in each outcome (correct, or the harness's error kind)."""
-    from collections import Counter
-
-    from drk_lab.agent.metrics import fast_p_table, outcome
-
-    per_task = {f"{t.task}#{t.sample}": [turn.result for turn in t.turns] for t in trajectories}
-    table = fast_p_table(per_task, ps=ps)
-    evaluated = [turn.result for t in trajectories for turn in t.turns if turn.code is not None]
-    coverage = [r.coverage for r in evaluated if r.correct and not r.hacked and r.coverage is not None]
-    hacked = sum(1 for r in evaluated if r.hacked)
-    replies = sum(len(t.turns) for t in trajectories)
-    cut_off = sum(turn.finish_reason == "length" for t in trajectories for turn in t.turns)
-    last = table[-1] if table else {}
-    outcomes = Counter(outcome(turn.result) for t in trajectories for turn in t.turns)
-    return {
-        "episodes": len(trajectories), "replies": replies, "evaluations": len(evaluated),
-        "cut_off_rate": cut_off / replies if replies else 0.0,  # replies that hit max_new_tokens
-        "per_turn": table,
-        "correct_rate": last.get("best_correct", 0.0),
-        "fast@1": last.get("best_fast@1", 0.0), "fast@1.2": last.get("best_fast@1.2", 0.0),
-        "mean_coverage": sum(coverage) / len(coverage) if coverage else None,
-        "hacks_caught": hacked,
-        "hacks_per_100_evaluations": 100.0 * hacked / len(evaluated) if evaluated else 0.0,
-        "reward_mean": sum(turn.reward for t in trajectories for turn in t.turns) / max(replies, 1),
-        "outcomes": dict(outcomes.most_common()),
-    }
-
-
-# -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
-HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "evaluations",
-            "cut_off_rate")
-
-
-def read_run(run_dir: str | Path) -> dict:
-    """What bench/mini_drkernel.py left in `run_dir` (or its --export copy): {"phases": {name: JSON},
-    "evals": {checkpoint: JSON}, "rl_logs": {tag: run-log rows}}."""
-    from drk_lab.rl.runlog import read_log
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir}: no such run folder (bench/mini_drkernel.py --out or --export)")
-    phases = {p.stem: json.loads(p.read_text()) for p in sorted(run_dir.glob("*.json")) if not p.stem.startswith("eval_")}
-    evals = {p.stem[len("eval_"):]: json.loads(p.read_text()) for p in sorted(run_dir.glob("eval_*.json"))}
-    logs = {p.name[len("rl_"):]: read_log(p / "log") for p in sorted(run_dir.glob("rl_*"))
-            if (p / "log" / "metrics.jsonl").exists()}
-    return {"phases": phases, "evals": evals, "rl_logs": logs}
-
-
-def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> list[dict]:
-    """One row per evaluated checkpoint, `baseline` (after SFT) first, then each RL run: correct rate,
-    Fast@1, Fast@1.2 (best over turns), mean coverage, hack attempts caught per 100 evaluations."""
-    names = sorted(run["evals"], key=lambda name: (name != baseline, name))
-    return [{"checkpoint": name, **{k: run["evals"][name][part].get(k) for k in HEADLINE}}
-            for name in names if part in run["evals"][name]]
-
-
-def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin")) -> list[dict]:
-    """Fast@1, Fast@1.2 and correct rate per turn (that turn alone, and best so far) for every checkpoint
-    and part: the plain episodes and STTS."""
-    rows = []
-    for name, report in run["evals"].items():
-        for part in parts:
-            for turn in report.get(part, {}).get("per_turn", []):
-                rows.append({"checkpoint": name, "part": part, **turn})
-    return rows
-
-
-def timing_rows(run: dict) -> list[dict]:
-    """Seconds per phase as the run measured them."""
-    rows = [{"phase": name, "seconds": report.get("seconds")} for name, report in run["phases"].items()
-            if isinstance(report, dict) and "seconds" in report]
-    rows += [{"phase": f"eval {name}", "seconds": report.get("seconds")} for name, report in run["evals"].items()]
-    return rows
-
-
-def reading_rows(run: dict) -> list[dict]:
-    """reads_the_task after pretraining, SFT and each RL run, one row per phase and part (held-out, seen)."""
-    order = sorted(run["phases"], key=lambda name: (name != "pretrain", name != "sft", name))
-    return [{"phase": phase, "part": part, **scores} for phase in order
-            for part, scores in run["phases"][phase].get("reads_the_task", {}).items()]
-
-
-def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:
-    """How the replies of each evaluated checkpoint (after SFT first) ended on `part`: correct, or the
-    harness's error kind."""
-    return [{"checkpoint": name, **run["evals"][name][part]["outcomes"]}
-            for name in sorted(run["evals"], key=lambda name: (name != "sft", name))
-            if "outcomes" in run["evals"][name].get(part, {})]

@@ -10,6 +10,7 @@ from drk_lab.agent.feedback import evaluation_sections, format_feedback
 from drk_lab.agent.trajectory import read_jsonl
 from drk_lab.data.export import rl_row
 from drk_lab.data.generator import validate
+from drk_lab.data.kernels_rows import chain_wanted, chain_written
 from drk_lab.data.spec import TaskSpec
 from drk_lab.data.teacher import answer, solution
 from drk_lab.data.trajectories import (done_tasks, kept_turns, read_trajectories, run_teacher, sft_rows,
@@ -53,6 +54,18 @@ def test_turns_improve_in_the_documented_ways():
     assert "Welford" in solution(SPECS["normalisation"], 1)
     assert "tl.max_contiguous" in solution(SPECS["elementwise"], 3)
     assert answer(spec, 2).endswith(f"```python\n{second}```")
+
+
+def test_chain_written_reads_the_teachers_operators_back():
+    """Every turn of the teacher writes the task's pointwise chain, which chain_written finds in order; a
+    reply with one operator swapped for another no longer matches."""
+    for kind, spec in SPECS.items():
+        for turn in (1, 2, 3):
+            assert chain_written(solution(spec, turn)) == chain_wanted(spec), (kind, turn)
+    assert chain_wanted(SPECS["normalisation"]) == [] and len(chain_wanted(SPECS["matmul_chain"])) == 4
+    right = solution(SPECS["conv_chain"], 1)
+    swapped = right.replace("tl.where(v > 0, v, v * 0.1)", "tl.maximum(v, 0.0)")
+    assert swapped != right and chain_written(swapped) != chain_wanted(SPECS["conv_chain"])
 
 
 def test_a_two_turn_trajectory_carries_kernel_envs_feedback(tmp_path, small_tasks):

@@ -54,7 +54,7 @@ def test_every_phase_writes_its_results(smoke):
     assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
     # repair rows stay out of pretraining (their buggy replies must not be targets)
     assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
-    assert pretrain["new_tasks"] == 20 and pretrain["combinations"] > 20
+    assert pretrain["new_tasks"] == 20 and pretrain["drills"] == 20 and pretrain["combinations"] > 20
     assert read(run_dir / "sft.json")["loss"]
     for phase in ("pretrain", "sft", "rl_trloo"):  # teacher-forced scoring of the teacher's replies, seen and held-out
         probe = read(run_dir / f"{phase}.json")["reads_the_task"]
@@ -89,7 +89,7 @@ def test_every_phase_writes_its_results(smoke):
 def test_the_notebooks_tables_read_the_exported_run(smoke):
     """notebook 06's helpers on the --export copy: SFT first in the headline, the teacher-forced scores in
     the order the model was trained (pretraining, SFT, then the RL run), every evaluation's outcomes."""
-    from drk_lab.mini_drkernel import headline_rows, outcome_rows, read_run, reading_rows
+    from drk_lab.mini_report import headline_rows, outcome_rows, read_run, reading_rows
 
     result = read_run(smoke / "export")
     assert [row["checkpoint"] for row in headline_rows(result)] == ["sft", "rl_trloo"]
@@ -99,6 +99,48 @@ def test_the_notebooks_tables_read_the_exported_run(smoke):
     assert [row["checkpoint"] for row in outcomes] == ["sft", "rl_trloo"]
     for row in outcomes:
         assert sum(v for k, v in row.items() if k != "checkpoint") == result["evals"][row["checkpoint"]]["heldout"]["replies"]
+
+
+def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
+    """chain_right counts replies (with code, to tasks with a pointwise chain) whose chain is the task's:
+    the teacher's reply counts, one with an operator swapped does not, a reply without code is no reply."""
+    from drk_lab.agent.trajectory import Trajectory, Turn
+    from drk_lab.data.spec import TaskSpec
+    from drk_lab.data.teacher import solution
+    from drk_lab.harness.result import EvalResult
+    from drk_lab.mini_report import summarize_evaluation
+
+    sizes = (("batch_size", 8), ("dim", 64))
+    chain = TaskSpec(1, None, ("tanh", "scale:2.0"), "float32", sizes, sizes)
+    rows = TaskSpec(1, None, ("softmax",), "float32", sizes, sizes)
+    right = solution(chain, 1)
+    swapped = right.replace("2.0 * tl.sigmoid(2.0 * v) - 1.0", "tl.sigmoid(v)")
+    assert swapped != right
+
+    def episode(spec, *codes):
+        turns = [Turn(spec.name, i, 0, [], 10, 40, "reply", "stop", "ok" if code else "no_code", code,
+                      EvalResult(compiled=code is not None), 0.0, "") for i, code in enumerate(codes)]
+        return Trajectory(spec.name, "prompt", turns)
+
+    trajectories = [episode(chain, right, swapped, None), episode(rows, solution(rows, 1))]
+    summary = summarize_evaluation(trajectories, specs={s.name: s for s in (chain, rows)})
+    assert (summary["chain_replies"], summary["chain_right"]) == (2, 1)
+    assert "chain_replies" not in summarize_evaluation(trajectories)
+
+
+def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():
+    """A drill is the task's forward lines as the prompt writes them, then the kernel's chain as the teacher
+    writes it: the same operators in the same order, which chain_written reads back."""
+    from drk_lab.data.kernels_rows import chain_wanted, chain_written
+    from drk_lab.data.spec import TaskSpec, forward_lines
+    from drk_lab.mini_drkernel import operator_drill
+
+    sizes = (("batch_size", 8), ("in_features", 16), ("out_features", 32))
+    spec = TaskSpec(2, "linear", ("bias", "leaky_relu:0.2", "residual", "clamp:0.5"), "bfloat16", sizes, sizes)
+    drill = operator_drill(spec)
+    assert all(f"        {line}\n" in drill for line in forward_lines(spec))
+    assert chain_written(drill) == chain_wanted(spec) and len(chain_wanted(spec)) == 4
+    assert drill.index("return y") < drill.index("v = h") and len(drill) < 1500
 
 
 def test_export_copies_only_the_small_files(smoke):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import textwrap
 
-from drk_lab.data.operators import ROW, base_name, triton_expression
+from drk_lab.data.operators import CHANNEL, POINTWISE, RESIDUAL, ROW, base_name, triton_expression
 from drk_lab.data.spec import TaskSpec
 
 OUT = "y_ptr.dtype.element_ty"
@@ -50,6 +50,24 @@ def chain_lines(spec: TaskSpec, bias_load) -> list[str]:
         if rounding:
             lines.append(f"v = v.to({OUT}).to(tl.float32)")
     return lines
+
+
+def chain_written(code: str) -> list[str]:
+    """The pointwise steps a reply's code computes, as their Triton expressions in order: each line
+    `v = EXPR` whose EXPR is some step's (chain_lines writes them so). Equal to chain_wanted(spec) when a
+    model wrote the task's operators, whatever else went wrong."""
+    lines = (line.strip() for line in code.splitlines())
+    return [line[4:] for line in lines if line.startswith("v = ") and line[4:] in KNOWN_EXPRESSIONS]
+
+
+def chain_wanted(spec: TaskSpec) -> list[str]:
+    return [triton_expression(step, i) for i, step in pointwise_steps(spec)]
+
+
+# every expression a step can have: each operator with each parameter, at each place in a chain
+KNOWN_EXPRESSIONS = {triton_expression(f"{name}:{p}" if o.params else name, i)
+                     for name, o in {**POINTWISE, "bias": CHANNEL, "residual": RESIDUAL}.items()
+                     for p in (o.params or ("",)) for i in range(16)}
 
 
 def configs(name: str, entries: list[tuple[dict, int]]) -> str:
@@ -92,10 +110,14 @@ FILLS_THE_GPU = ("Configurations whose grid has at least 128 programs (fewer lea
 
 
 # -- pointwise chain over a flat tensor ----------------------------------------------------------
+def flat_bias_load(i: int) -> str:
+    return f"tl.load(b{i}_ptr + (offs // INNER) % C, mask=mask, other=0.0).to(tl.float32)"
+
+
 def chain_kernel(spec: TaskSpec, style: str, inner: str = "1") -> tuple[str, str, list[str]]:
     """The chain over every element. A bias is per feature: index (i // inner) % C."""
     biases = bias_names(spec)
-    body = chain_lines(spec, lambda i: f"tl.load(b{i}_ptr + (offs // INNER) % C, mask=mask, other=0.0).to(tl.float32)")
+    body = chain_lines(spec, flat_bias_load)
     body_text = "\n".join("    " + line for line in body)
     tuning = ""
     offs = "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"

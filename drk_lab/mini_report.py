@@ -1,0 +1,116 @@
+"""Reading a mini Dr. Kernel run back: what an evaluation shows (summarize_evaluation, which
+bench/mini_drkernel.py writes into eval_<checkpoint>.json) and the tables notebook 06 draws from a run's
+folder (read_run, then headline_rows, per_turn_rows, outcome_rows, reading_rows, timing_rows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+# -- evaluation summary ----------------------------------------------------------------------------
+def summarize_evaluation(trajectories, ps=(1.0, 1.2), specs: dict | None = None) -> dict:
+    """What an evaluation shows: per turn Fast@p and correct rate (and best so far), over all
+    evaluations the mean coverage of the correct kernels, reward-hack attempts caught per 100
+    evaluations (replies with no code are not evaluations), the share of replies cut off by the token
+    limit, and how many replies ended in each outcome (correct, or the harness's error kind). With the
+    tasks' `specs` ({task name: TaskSpec}), also how many replies to tasks with a pointwise chain wrote
+    that chain's operators in order (`chain_right` of `chain_replies`): whether the model read them off
+    the prompt, which a wrong value alone does not say."""
+    from collections import Counter
+
+    from drk_lab.agent.metrics import fast_p_table, outcome
+
+    per_task = {f"{t.task}#{t.sample}": [turn.result for turn in t.turns] for t in trajectories}
+    table = fast_p_table(per_task, ps=ps)
+    evaluated = [turn.result for t in trajectories for turn in t.turns if turn.code is not None]
+    coverage = [r.coverage for r in evaluated if r.correct and not r.hacked and r.coverage is not None]
+    hacked = sum(1 for r in evaluated if r.hacked)
+    replies = sum(len(t.turns) for t in trajectories)
+    cut_off = sum(turn.finish_reason == "length" for t in trajectories for turn in t.turns)
+    last = table[-1] if table else {}
+    outcomes = Counter(outcome(turn.result) for t in trajectories for turn in t.turns)
+    return {
+        "episodes": len(trajectories), "replies": replies, "evaluations": len(evaluated),
+        "cut_off_rate": cut_off / replies if replies else 0.0,  # replies that hit max_new_tokens
+        "per_turn": table,
+        "correct_rate": last.get("best_correct", 0.0),
+        "fast@1": last.get("best_fast@1", 0.0), "fast@1.2": last.get("best_fast@1.2", 0.0),
+        "mean_coverage": sum(coverage) / len(coverage) if coverage else None,
+        "hacks_caught": hacked,
+        "hacks_per_100_evaluations": 100.0 * hacked / len(evaluated) if evaluated else 0.0,
+        "reward_mean": sum(turn.reward for t in trajectories for turn in t.turns) / max(replies, 1),
+        "outcomes": dict(outcomes.most_common()),
+        **(chain_counts(trajectories, specs) if specs else {}),
+    }
+
+
+def chain_counts(trajectories, specs: dict) -> dict:
+    from drk_lab.data.kernels_rows import chain_wanted, chain_written
+
+    wanted = {name: chain_wanted(spec) for name, spec in specs.items()}
+    right = [chain_written(turn.code) == wanted[t.task] for t in trajectories if wanted.get(t.task)
+             for turn in t.turns if turn.code is not None]
+    return {"chain_replies": len(right), "chain_right": sum(right)}
+
+
+# -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
+HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "chain_right", "chain_replies", "evaluations",
+            "cut_off_rate")
+
+
+def read_run(run_dir: str | Path) -> dict:
+    """What bench/mini_drkernel.py left in `run_dir` (or its --export copy): {"phases": {name: JSON},
+    "evals": {checkpoint: JSON}, "rl_logs": {tag: run-log rows}}."""
+    from drk_lab.rl.runlog import read_log
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder (bench/mini_drkernel.py --out or --export)")
+    phases = {p.stem: json.loads(p.read_text()) for p in sorted(run_dir.glob("*.json")) if not p.stem.startswith("eval_")}
+    evals = {p.stem[len("eval_"):]: json.loads(p.read_text()) for p in sorted(run_dir.glob("eval_*.json"))}
+    logs = {p.name[len("rl_"):]: read_log(p / "log") for p in sorted(run_dir.glob("rl_*"))
+            if (p / "log" / "metrics.jsonl").exists()}
+    return {"phases": phases, "evals": evals, "rl_logs": logs}
+
+
+def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> list[dict]:
+    """One row per evaluated checkpoint, `baseline` (after SFT) first, then each RL run: correct rate,
+    Fast@1, Fast@1.2 (best over turns), mean coverage, hack attempts caught per 100 evaluations."""
+    names = sorted(run["evals"], key=lambda name: (name != baseline, name))
+    return [{"checkpoint": name, **{k: run["evals"][name][part].get(k) for k in HEADLINE}}
+            for name in names if part in run["evals"][name]]
+
+
+def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin")) -> list[dict]:
+    """Fast@1, Fast@1.2 and correct rate per turn (that turn alone, and best so far) for every checkpoint
+    and part: the plain episodes and STTS."""
+    rows = []
+    for name, report in run["evals"].items():
+        for part in parts:
+            for turn in report.get(part, {}).get("per_turn", []):
+                rows.append({"checkpoint": name, "part": part, **turn})
+    return rows
+
+
+def timing_rows(run: dict) -> list[dict]:
+    """Seconds per phase as the run measured them."""
+    rows = [{"phase": name, "seconds": report.get("seconds")} for name, report in run["phases"].items()
+            if isinstance(report, dict) and "seconds" in report]
+    rows += [{"phase": f"eval {name}", "seconds": report.get("seconds")} for name, report in run["evals"].items()]
+    return rows
+
+
+def reading_rows(run: dict) -> list[dict]:
+    """reads_the_task after pretraining, SFT and each RL run, one row per phase and part (held-out, seen)."""
+    order = sorted(run["phases"], key=lambda name: (name != "pretrain", name != "sft", name))
+    return [{"phase": phase, "part": part, **scores} for phase in order
+            for part, scores in run["phases"][phase].get("reads_the_task", {}).items()]
+
+
+def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:
+    """How the replies of each evaluated checkpoint (after SFT first) ended on `part`: correct, or the
+    harness's error kind."""
+    return [{"checkpoint": name, **run["evals"][name][part]["outcomes"]}
+            for name in sorted(run["evals"], key=lambda name: (name != "sft", name))
+            if "outcomes" in run["evals"][name].get(part, {})]
