@@ -171,14 +171,27 @@ def cpu_ticks() -> tuple[int, int] | None:
 
 
 def throughput(isolation: str, pairs, profile: bool = True) -> dict:
-    """Seconds for `pairs` once the pool is warm: one untimed round of IN_FLIGHT evaluations first, so
-    that workers starting (about 4 s each before any work) are not counted."""
-    warm = [(t, fresh_kernel(code)) for t, code in pairs[:IN_FLIGHT]]
+    """Seconds for `pairs` once the pool is warm: two untimed rounds of IN_FLIGHT evaluations first (the
+    pool grows past IN_FLIGHT workers, for those checking themselves between jobs), then SETTLE_S for the
+    last workers forked to warm up, so that workers starting (about 4 s each before any work) are not
+    counted. What evaluate_many does, with each evaluation's start and end seen from the caller."""
+    from drk_lab.harness.evaluate import evaluate, map_in_threads
+
+    warm = [(t, fresh_kernel(code)) for t, code in (pairs * 2)[:2 * IN_FLIGHT]]
     drk.evaluate_many(warm, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile,
                       progress=False)
+    time.sleep(float(os.environ.get("DRK_BENCH_SETTLE_S", "8" if DEVICE == "cuda" else "2")))
+    spans = [(0.0, 0.0)] * len(pairs)
+
+    def one(i: int):
+        began = time.perf_counter()
+        result = evaluate(*pairs[i], device=DEVICE, isolation=isolation, profile=profile)
+        spans[i] = (began - start, time.perf_counter() - start)
+        return result
+
     since = time.time()
     start, ticks = time.perf_counter(), cpu_ticks()
-    results = drk.evaluate_many(pairs, max_in_flight=IN_FLIGHT, device=DEVICE, isolation=isolation, profile=profile)
+    results = map_in_threads(one, list(range(len(pairs))), IN_FLIGHT, "evaluate", "eval")
     seconds, ticks_after = time.perf_counter() - start, cpu_ticks()
     # the share of all cores busy meanwhile: near 1, the CPUs (compiles, and waits that spin) set the rate
     cpu_busy = ((ticks_after[0] - ticks[0]) / max(ticks_after[1] - ticks[1], 1)) if ticks and ticks_after else None
@@ -198,7 +211,28 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
             "median_trial_seconds": {k: statistics.median(v) for k, v in parts.items()},  # all trials together
             "median_eval_seconds": statistics.median(r.eval_seconds for r in results if r.eval_seconds),
-            "gpu_lock": lock_holds(since, time.time())}
+            **in_flight_summary(results, spans, seconds), "gpu_lock": lock_holds(since, time.time())}
+
+
+def in_flight_summary(results, spans, seconds: float) -> dict:
+    """Where the wall time between evaluations goes. By Little's law, evaluations/s = (evaluations running at
+    once) / (mean seconds each): `worker_in_flight` (the sum of the workers' eval_seconds over the wall time)
+    against IN_FLIGHT says how many ran at once in workers; `caller_in_flight` (the caller's threads'
+    time inside evaluate()) is lower than IN_FLIGHT only by the batch's ramp-down (`tail_s`: from the
+    last evaluation's start to the end) and the caller's own work; the difference between the two is time an
+    evaluation spent outside its worker: waiting for a free worker (one of the pool's at most 2 x warm
+    evaluating, or one still checking itself), the caller's static checks, the transfers."""
+    took = sorted(r.eval_seconds for r in results if r.eval_seconds)
+    outside = sorted(end - began - (r.eval_seconds or 0.0) for r, (began, end) in zip(results, spans))
+    return {"in_flight": IN_FLIGHT, "warm_workers": harness_settings().warm_workers_for(DEVICE),
+            "mean_eval_seconds": statistics.fmean(took) if took else None,
+            "p90_eval_seconds": took[int(0.9 * (len(took) - 1))] if took else None,
+            "max_eval_seconds": took[-1] if took else None,
+            "worker_in_flight": sum(took) / seconds,
+            "caller_in_flight": sum(end - began for began, end in spans) / seconds,
+            "median_outside_worker_s": statistics.median(outside), "max_outside_worker_s": outside[-1],
+            "tail_s": seconds - max(began for began, _ in spans),
+            "workers_used": len({r.worker_pid for r in results if r.worker_pid})}
 
 
 def phase_throughput(isolations=("fork", "spawn"), profile: bool = True, name: str = "throughput"):

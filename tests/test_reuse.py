@@ -185,3 +185,79 @@ def test_the_supervisor_lets_go_of_the_gpu_before_the_cpu_part_of_the_check(tmp_
     guard.release()
     for fd in (status_r, out_r, out_w):
         os.close(fd)
+
+
+def test_slots_let_at_most_their_count_through_and_free_a_dead_holders(tmp_path):
+    import subprocess
+    import sys
+
+    from drk_lab.harness.zygote import Slots
+
+    slots = Slots(str(tmp_path / "pool"), 2)
+    first, second = slots.take(), slots.take()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(slots.take()), daemon=True)
+    waiter.start()
+    waiter.join(0.3)
+    assert got == []  # both slots held: the third waits
+    os.close(first)
+    waiter.join(5)
+    assert len(got) == 1
+    os.close(second)
+    os.close(got[0])
+    holder = subprocess.Popen(  # takes a slot, says so, then is killed while holding it
+        [sys.executable, "-c", "import sys, time; from drk_lab.harness.zygote import Slots; "
+         f"s = Slots({str(tmp_path / 'pool')!r}, 1); s.take(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    one = Slots(str(tmp_path / "pool"), 1)
+    got.clear()
+    waiter = threading.Thread(target=lambda: got.append(one.take()), daemon=True)
+    waiter.start()
+    waiter.join(0.3)
+    assert got == []
+    holder.kill()
+    holder.wait()
+    waiter.join(5)
+    assert len(got) == 1  # the kernel freed the dead holder's slot
+    os.close(got[0])
+
+
+def test_a_late_ready_line_is_dropped_and_a_forged_one_is_not():
+    from drk_lab.harness.zygote import READY
+
+    key = new_key()
+    watch = WorkerWatch(Job(mode="candidate", task_source="", key=key), 0, -1, -1, reaper=False)
+    watch.late_line = READY  # the worker's warm-up outlasted the supervisor's wait
+    watch.pending = READY + signed({"stage": "load"}, key) + READY
+    assert watch.take_message() == {"stage": "load"}
+    assert "forged" in watch.take_message()  # only the first line may be READY
+
+
+@pytest.fixture
+def small_pool():
+    """One warm pair: two evaluations at once, up to three pairs alive; workers reused (drk.configure)."""
+    before = settings.current()
+    configure(warm_workers=1, worker_uses=32)
+    yield
+    configure(**vars(before))
+
+
+def test_workers_checking_themselves_do_not_take_evaluation_slots(small_pool, relu_small, relu_solution):
+    """More evaluations in flight than slots: never more than two evaluate at once, and while a worker checks
+    itself after a job another one takes the next (with only as many workers as slots, 1 in 3 evaluations
+    waited at the socket for a worker's self-check to end)."""
+    code = relu_solution.replace("    def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
+                                 "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+                                 "        print('at', __import__('time').time())\n")
+    assert code != relu_solution
+    results = drk.evaluate_many([(relu_small, code)] * 8, max_in_flight=4, device="cpu", progress=False,
+                                correctness_trials=2, hack_checks=False)
+    assert all(r.ok for r in results), [r.error for r in results]
+    spans = []
+    for r in results:
+        times = [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("at ")]
+        spans.append((min(times), max(times)))
+    most = max(sum(began <= t <= end for began, end in spans) for t, _ in spans)
+    assert most <= 2  # the slots: at most 2 x warm_workers evaluate at once
+    assert len({r.worker_pid for r in results}) >= 3  # a third worker served while the others checked

@@ -146,6 +146,7 @@ class WorldState:
         self.settings = process_settings()
         self.children = set(runtime_checks.child_processes())
         self.values = attribute_values()
+        self.compared = [(key, value) for key, value in self.values.items() if not _not_compared(key)]
         self.cuda_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 
     def forget_job(self, workdir: str) -> None:
@@ -167,7 +168,8 @@ class WorldState:
         for name in ("last_exc", "last_type", "last_value", "last_traceback"):
             if hasattr(sys, name):
                 delattr(sys, name)
-        gc.collect()  # CPU work (0.1 s): it frees the job's tensors to the caching allocator, launches nothing
+        gc.collect()  # frees the job's tensors to the caching allocator, launches nothing (only what jobs made:
+        # the zygote froze everything from before, 0.1 s of walking in a process that has imported torch)
 
     def differences(self) -> list[str]:
         """What is not as it was; empty when the worker may take another job."""
@@ -200,17 +202,13 @@ class WorldState:
         if files:
             found.append("open files changed: " + ", ".join(f"fd {fd} {target}" for fd, target in files[:3]))
         values = attribute_values()
-        if INTERPRETER:
-            values = {k: v for k, v in values.items() if not k[0].startswith("triton.language")}
-        for key, value in self.values.items():
-            if key[:2] in CHANGING or (INTERPRETER and key[0].startswith("triton.language")):
-                continue
-            if key not in values:
-                found.append(f"{'.'.join(key)} was removed")
-            elif values[key] is not value:
-                found.append(f"{'.'.join(key)} was replaced")
+        for key, value in self.compared:  # filtered once, in __init__: this loop runs after every job
+            now = values.get(key, _MISSING)
+            if now is not value:
+                found.append(f"{'.'.join(key)} was {'removed' if now is _MISSING else 'replaced'}")
         found += [f"{'.'.join(key)} was added" for key in values.keys() - self.values.keys()
-                  if key[:2] in self.values and (len(key) == 3 or key[1].startswith("__"))]
+                  if key[:2] in self.values and (len(key) == 3 or key[1].startswith("__"))
+                  and not (INTERPRETER and key[0].startswith("triton.language"))]
         new_modules = [m for m in set(sys.modules) - self.modules
                        if m.partition(".")[0] == "drk_lab" and not _is_harness_file(sys.modules[m])]
         found += [f"module {m} is not the harness's" for m in new_modules]
@@ -231,6 +229,13 @@ class WorldState:
         except Exception as e:  # a sticky CUDA error, or anything else: retire
             found.append(f"CUDA check failed: {type(e).__name__}: {e}")
         return found
+
+
+_MISSING = object()
+
+
+def _not_compared(key: tuple) -> bool:
+    return key[:2] in CHANGING or (INTERPRETER and key[0].startswith("triton.language"))
 
 
 def release_cuda_caches(device: torch.device) -> None:

@@ -18,7 +18,9 @@ from pathlib import Path
 @dataclass(frozen=True)
 class HarnessSettings:
     worker_uses: int = 32  # evaluations one warm worker may serve, each after checking itself clean; 1: always fresh
-    warm_workers: int | None = None  # workers kept ready; None: 2 on the CPU, min(8, max(2, cores / 2)) on a GPU
+    # workers kept ready; None: 2 on the CPU, min(8, max(2, cores / 2)) on a GPU. At most 2 x warm_workers
+    # evaluate at once (GPU memory) and 3 x warm_workers are alive, the rest checking themselves (zygote.py)
+    warm_workers: int | None = None
     lifecycle_lock: bool = True  # a worker's CUDA context starts and ends under the shared GPU lock
     lock_log: str | None = None  # a JSONL file: every GPU-lock hold (bench/lock_report.py reads it)
     reuse_log: str | None = None  # a JSONL file: why each warm worker retired

@@ -68,6 +68,7 @@ class WorkerWatch:
         self.pending = b""  # status bytes read but not yet parsed
         self.exit_status: int | None = None
         self.killed = False
+        self.late_line = b""  # a line the worker may still write first (zygote.READY after a slow warm-up)
 
     def watch(self) -> RawResult:
         """Until the worker reports or fails; the result, with what it printed. A worker that may not
@@ -146,6 +147,10 @@ class WorkerWatch:
     def take_message(self) -> dict | None:
         """The next status line, or {"forged": ...} for one the worker's own code did not sign (the
         candidate wrote it: the evaluation ends as patches_harness)."""
+        if self.late_line and b"\n" in self.pending:
+            if self.pending.startswith(self.late_line):
+                self.pending = self.pending[len(self.late_line):]
+            self.late_line = b""
         message, self.pending = pop_message(self.pending, self.job.key)
         return message
 
@@ -245,8 +250,9 @@ def new_workdir(job: Job) -> None:
 
 
 def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, job_w: int, use: int,
-              keep: bool) -> bool:
-    """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer the caller.
+              keep: bool, answered=None, late_line: bytes = b"") -> bool:
+    """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer the caller,
+    call `answered()` (the zygote's pair gives back its slot), then wait for the worker's self-check.
     True when the worker stays for another job."""
     watch = None
     with conn:
@@ -260,6 +266,7 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
             except OSError:
                 pass  # the worker died warming up: watch() classifies its death
             watch = WorkerWatch(job, worker_pid, status_r, out_r, reaper=True, ack_w=job_w, keep=keep)
+            watch.late_line = late_line
             result = watch.watch()
             result.worker_pid, result.worker_job = worker_pid, use
         except BaseException as e:
@@ -270,4 +277,6 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
         stream.write(encode(result.to_dict()))
         stream.flush()
         stream.close()
+    if answered is not None:
+        answered()
     return watch is not None and watch.finish()  # the caller has its answer; the worker's end is off its clock
