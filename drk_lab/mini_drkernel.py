@@ -4,8 +4,10 @@
     tokenizer = build_tokenizer(settings, sft_texts, prompt_texts)
     model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~27M parameters
     texts = conversation_texts(sft, tokenizer) + first_turn_texts(train_specs, tokenizer)
+    texts += [operator_drill(spec) for spec in drill_specs]      # the operators, prompt beside kernel
     pretrain(model_dir, texts, settings, "out/pretrain")
-    summary = summarize_evaluation(trajectories)                 # Fast@1 / Fast@1.2 per turn, coverage, hacks
+
+(mini_report.py summarises the evaluations and reads a run back for notebook 06.)
 
 What it is: a byte-level BPE trained on the SFT trajectories and RL prompts (nothing downloaded), a
 small Qwen3-style model trained from scratch, an optional short next-token pretraining on the SFT
