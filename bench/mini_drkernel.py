@@ -14,7 +14,8 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              reports how many of the teacher's replies fit in max_new_tokens
   pretrain   next-token training (all tokens) on the SFT conversations (not the repairs) and the teacher's
              first replies to the other train-split tasks and to 12,000 tasks sampled afresh whose operator
-             combinations are train-side: 1,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
+             combinations are train-side, and 100,000 operator drills (a task's forward lines beside the
+             teacher's chain lines): 1,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
              autocast -> pretrain/ (optional, --set pretrain_steps=0)
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
              bug's reply is context, not a target), batch 8, lr 3e-4 -> sft/

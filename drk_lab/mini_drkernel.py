@@ -50,7 +50,7 @@ class MiniSettings:
     # short drills, one per fresh train-side task: the forward's lines beside the kernel's lines for the same
     # operators. In whole replies the few tokens that name an operator are drowned by the template, and the
     # fourth H200 run's model wrote the task's chain in 2 of 94 replies (chance), though its loss was 0.015
-    pretrain_drills: int = 60_000  # about 8M tokens, a sixth of the packed rows
+    pretrain_drills: int = 100_000  # about 13M tokens, a fifth of the packed rows
     pretrain_batch: int = 8
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
