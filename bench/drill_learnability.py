@@ -6,7 +6,7 @@ A 4-layer model (hidden 128) with its own tokenizer is pretrained (mini_drkernel
 operator drills from tasks sampled afresh with train-side combinations. Then, given a drill's forward lines
 and the kernel's first line, it writes the chain greedily; the score is the share of chains written
 exactly (kernels_rows.chain_written against chain_wanted), and per position in the chain, on 100 drills it
-was trained on and on 100 tasks of the RL set's held-out split. A check of the drill as training data, run
+was trained on and on 100 tasks of the RL set's held-out split (--chains). A check of the drill as training data, run
 on a CPU; the mini run (bench/mini_drkernel.py) mixes the drills into its pretraining on the GPU.
 """
 
@@ -50,6 +50,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--drills", type=int, default=60000)
+    p.add_argument("--chains", type=int, default=100, help="chains written per score (trained, held-out)")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     args = p.parse_args()
     if not Path(args.rl_data).is_file():
@@ -64,7 +65,7 @@ def main() -> None:
     rows = read_rl_tasks(args.rl_data, split=None)
     rule = json.loads(Path(args.rl_data).with_name("summary.json").read_text())
     train = fresh_train_specs(args.drills, rows, rule.get("heldout_fraction"), rule.get("seed", 0), seed=20_000)
-    heldout = [spec for spec, _, row in rows if row["split"] == "heldout" and chain_wanted(spec)][:100]
+    heldout = [spec for spec, _, row in rows if row["split"] == "heldout" and chain_wanted(spec)][: args.chains]
     texts = [operator_drill(spec) for spec in train]
     settings = MiniSettings(vocab_size=1024, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
                             intermediate_size=384, max_positions=1024, pretrain_steps=args.steps, pretrain_batch=8,
@@ -76,7 +77,7 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
         report = {"steps": args.steps, "drills": len(texts), "first_loss": result["loss"][0],
                   "last_loss": result["loss"][-1], "seconds": result["seconds"],
-                  "trained_drills": score(model, tokenizer, train[:100]),
+                  "trained_drills": score(model, tokenizer, train[: args.chains]),
                   "heldout_combinations": score(model, tokenizer, heldout)}
     print(json.dumps(report, indent=1))
 

@@ -143,6 +143,26 @@ def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():
     assert drill.index("return y") < drill.index("v = h") and len(drill) < 1500
 
 
+def test_the_drill_check_trains_and_scores_a_small_model(tmp_path):
+    """bench/drill_learnability.py end to end with 2 steps: it trains on drills, writes chains for trained
+    and held-out tasks and counts them; a missing prompt set is one line."""
+    script = REPO / "bench" / "drill_learnability.py"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
+    done = subprocess.run([sys.executable, str(script), "--steps", "2", "--drills", "40", "--chains", "3"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["drills"] == 40 and report["steps"] == 2 and report["last_loss"] > 0
+    for part in ("trained_drills", "heldout_combinations"):
+        counts = report[part]
+        assert counts["chains"] == 3 and 0 <= counts["exact"] <= 3
+        assert sum(v for k, v in counts.items() if k.startswith("position 0")) >= (3 if part == "heldout_combinations" else 0)
+    missing = subprocess.run([sys.executable, str(script), "--rl-data", str(tmp_path / "none.jsonl.gz")],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert missing.returncode == 1 and "none.jsonl.gz: no such file" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
 def test_export_copies_only_the_small_files(smoke):
     exported = {p.relative_to(smoke / "export").as_posix() for p in (smoke / "export").rglob("*") if p.is_file()}
     assert {"genbench.json", "eval_sft.json", "eval_rl_trloo.json", "rl_trloo/log/metrics.jsonl"} <= exported
