@@ -101,8 +101,8 @@ class MiniSettings:
         """Tiny sizes for a CPU run of every phase in well under a minute."""
         small = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                      intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2,
-                     pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20, pretrain_batch=2, pretrain_length=128,
-                     sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
+                     pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20, pretrain_batch=2,
+                     pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2, eval_seen=1,
                      eval_builtin_levels=(1,), eval_builtin_max=2, stts_tasks=1, stts=(2, 1, 2), genbench_rows=8,

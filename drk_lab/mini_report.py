@@ -55,8 +55,8 @@ def chain_counts(trajectories, specs: dict) -> dict:
 
 
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
-HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "chain_right", "chain_replies", "evaluations",
-            "cut_off_rate")
+HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "chain_right",
+            "chain_replies", "evaluations", "cut_off_rate")
 
 
 def read_run(run_dir: str | Path) -> dict:
