@@ -26,8 +26,10 @@ from drk_lab.harness.settings import current as harness_settings
 
 OUT = Path(os.environ.get("OUT", "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
-IN_FLIGHT = int(os.environ.get("DRK_BENCH_IN_FLIGHT", "8"))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# evaluations in flight in the throughput and stability phases: 16 on a GPU, the RL target's setting
+# (results record it as in_flight); 8 on a CPU
+IN_FLIGHT = int(os.environ.get("DRK_BENCH_IN_FLIGHT", "16" if DEVICE == "cuda" else "8"))
 
 
 def tasks(levels=(1, 2, 3)):
