@@ -48,6 +48,8 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2), specs: dict | None = None)
 def chain_counts(trajectories, specs: dict) -> dict:
     from drk_lab.data.kernels_rows import chain_wanted, chain_written
 
+    if not any(t.task in specs for t in trajectories):
+        return {}  # tasks without a spec (the built-in suite): nothing to count, rather than 0 of 0
     wanted = {name: chain_wanted(spec) for name, spec in specs.items()}
     right = [chain_written(turn.code) == wanted[t.task] for t in trajectories if wanted.get(t.task)
              for turn in t.turns if turn.code is not None]

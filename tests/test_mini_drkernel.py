@@ -126,6 +126,7 @@ def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
     summary = summarize_evaluation(trajectories, specs={s.name: s for s in (chain, rows)})
     assert (summary["chain_replies"], summary["chain_right"]) == (2, 1)
     assert "chain_replies" not in summarize_evaluation(trajectories)
+    assert "chain_replies" not in summarize_evaluation(trajectories, specs={"another_task": chain})  # no spec of theirs
 
 
 def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():
