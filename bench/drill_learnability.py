@@ -6,8 +6,8 @@ A 4-layer model (hidden 128) with its own tokenizer is pretrained (mini_drkernel
 operator drills from tasks sampled afresh with train-side combinations. Then, given a drill's forward lines
 and the kernel's first line, it writes the chain greedily; the score is the share of chains written
 exactly (kernels_rows.chain_written against chain_wanted), and per position in the chain, on 100 drills it
-was trained on and on 100 tasks of the RL set's held-out split (--chains). A check of the drill as training data, run
-on a CPU; the mini run (bench/mini_drkernel.py) mixes the drills into its pretraining on the GPU.
+was trained on and on 100 tasks of the RL set's held-out split (--chains). A check of the drill as
+training data, run on a CPU; the mini run (bench/mini_drkernel.py) mixes the drills into its pretraining.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
     pending = b""
     while True:
         while len(idle) < warm and len(alive) < 3 * warm:
-            pid = fork_pair(listener, news_r, news_w, device, lock_dir, profiler, uses, slots)
+            pid = fork_pair(listener, slots, news_r, news_w, device, lock_dir, profiler, uses)
             idle.add(pid)
             alive.add(pid)
         ready, _, _ = select.select([news_r, sys.stdin], [], [], 1.0)
@@ -142,8 +142,8 @@ def wait_until_ready(status_r: int, timeout_s: float) -> bool:
     return True
 
 
-def fork_pair(listener: socket.socket, news_r: int, news_w: int, device: str, lock_dir: str,
-              profiler: bool = True, uses: int = 1, slots: Slots | None = None) -> int:
+def fork_pair(listener: socket.socket, slots: Slots, news_r: int, news_w: int, device: str, lock_dir: str,
+              profiler: bool = True, uses: int = 1) -> int:
     """Fork a supervisor with its worker; the worker warms up, then the supervisor waits for a slot and a
     job. Returns the supervisor's pid."""
     pid = os.fork()
@@ -172,7 +172,7 @@ def fork_pair(listener: socket.socket, news_r: int, news_w: int, device: str, lo
             os.close(fd)
         late = b"" if wait_until_ready(status_r, STAGE_TIMEOUTS["start"]) else READY
         for use in range(uses):
-            slot = [slots.take()] if slots else []
+            slot = [slots.take()]  # emptied by give_back: the descriptor is closed exactly once
 
             def give_back(held=slot):  # once the caller has its answer (or on any way out)
                 while held:
