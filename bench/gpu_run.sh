@@ -14,6 +14,7 @@ for step in "$@"; do
     unlocked:*) DRK_LIFECYCLE_LOCK=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of the lifecycle lock
     warm16) DRK_WARM_WORKERS=16 timeout 90 python bench/eval_speed.py throughput_fork ;;
     blocking:*) DRK_BLOCKING_SYNC=1 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of waiting by sleeping
+    spare0:*) DRK_SPARE_WORKERS=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B: no workers beyond the slots
     fresh:*) DRK_WORKER_USES=1 timeout ${step#*:} python bench/eval_speed.py throughput_fork ;;  # no worker reuse
     profcost) timeout 200 python bench/profiler_cost.py ;;
     rl:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/rl_run.py --random-hidden 1024 --random-layers 8 \

@@ -3,6 +3,7 @@
 # phases still missing in runs/mini (the machine's disk keeps them between calls while it is held) and
 # stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
 #   bash bench/mini_device.sh 540 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
+#   ABLATION=none bash bench/mini_device.sh 540            # no GRPO run: TRLOO gets all the RL time
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation: the same
 # rl_steps), eval rl_grpo, genbench. A phase that does not fit in what is left of a call gives that time
 # to RL steps instead; an RL phase stops before a step that would pass the call's end and resumes next call.
@@ -11,6 +12,7 @@ set -u
 budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}
 shift
 extra=("$@")
+ablation=${ABLATION:-grpo}
 filling=
 cd "$(dirname "$0")/.."
 run=runs/mini
@@ -48,7 +50,8 @@ rl() {  # rl ADVANTAGE [ARGS...]: RL steps until the run is done or the call's t
 }
 fill() {  # a phase that does not fit: spend what is left on RL steps instead of leaving it idle
   [ -f $run/sft/config.json ] || return 0
-  for advantage in trloo grpo; do
+  for advantage in trloo $ablation; do
+    [ "$advantage" = none ] && return 0
     rl_done $advantage && continue
     [ "$(left)" -ge 170 ] && rl $advantage "$@"
     return 0
@@ -61,10 +64,12 @@ fill() {  # a phase that does not fit: spend what is left on RL steps instead of
 [ -f $run/eval_sft.json ] || phase 240 --phase eval --checkpoint sft "$@"
 rl_done trloo || rl trloo "$@"
 [ -f $run/eval_rl_trloo.json ] || phase 200 --phase eval --checkpoint rl_trloo "$@"
-rl_done grpo || rl grpo "$@"
-# the ablation is compared on the held-out split only (no STTS, no built-in suite)
-[ -f $run/eval_rl_grpo.json ] || phase 110 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
-  --set "eval_builtin_levels=()" "$@"
+if [ "$ablation" != none ]; then
+  rl_done grpo || rl grpo "$@"
+  # the ablation is compared on the held-out split only (no STTS, no built-in suite)
+  [ -f $run/eval_rl_grpo.json ] || phase 110 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
+    --set "eval_builtin_levels=()" "$@"
+fi
 # the sampler's speed was measured on earlier runs of the same model size: last, if time is left
 [ -f $run/genbench.json ] || phase 80 --phase genbench "$@"
 echo "all done"

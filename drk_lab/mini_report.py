@@ -16,7 +16,8 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2), specs: dict | None = None)
     limit, and how many replies ended in each outcome (correct, or the harness's error kind). With the
     tasks' `specs` ({task name: TaskSpec}), also how many replies to tasks with a pointwise chain wrote
     that chain's operators in order (`chain_right` of `chain_replies`): whether the model read them off
-    the prompt, which a wrong value alone does not say."""
+    the prompt, which a wrong value alone does not say; and how many replies that follow one with the
+    right chain still have it (`chain_kept` of `chain_to_keep`)."""
     from collections import Counter
 
     from drk_lab.agent.metrics import fast_p_table, outcome
@@ -51,14 +52,21 @@ def chain_counts(trajectories, specs: dict) -> dict:
     if not any(t.task in specs for t in trajectories):
         return {}  # tasks without a spec (the built-in suite): nothing to count, rather than 0 of 0
     wanted = {name: chain_wanted(spec) for name, spec in specs.items()}
-    right = [chain_written(turn.code) == wanted[t.task] for t in trajectories if wanted.get(t.task)
-             for turn in t.turns if turn.code is not None]
-    return {"chain_replies": len(right), "chain_right": sum(right)}
+    right, kept = [], []
+    for t in trajectories:
+        if not wanted.get(t.task):
+            continue
+        chains = [chain_written(turn.code) if turn.code is not None else None for turn in t.turns]
+        right += [chain == wanted[t.task] for chain in chains if chain is not None]
+        # a later reply after one with the right chain: did it keep the chain (the model's own kernel is
+        # in its context) or write the operators anew?
+        kept += [later == wanted[t.task] for earlier, later in zip(chains, chains[1:]) if earlier == wanted[t.task]]
+    return {"chain_replies": len(right), "chain_right": sum(right), "chain_to_keep": len(kept), "chain_kept": sum(kept)}
 
 
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
 HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "chain_right",
-            "chain_replies", "evaluations", "cut_off_rate")
+            "chain_replies", "chain_kept", "chain_to_keep", "evaluations", "cut_off_rate")
 
 
 def read_run(run_dir: str | Path) -> dict:

@@ -103,7 +103,8 @@ def test_the_notebooks_tables_read_the_exported_run(smoke):
 
 def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
     """chain_right counts replies (with code, to tasks with a pointwise chain) whose chain is the task's:
-    the teacher's reply counts, one with an operator swapped does not, a reply without code is no reply."""
+    the teacher's reply counts, one with an operator swapped does not, a reply without code is no reply;
+    chain_kept counts the replies after a right one that still have it."""
     from drk_lab.agent.trajectory import Trajectory, Turn
     from drk_lab.data.spec import TaskSpec
     from drk_lab.data.teacher import solution
@@ -122,9 +123,11 @@ def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
                       EvalResult(compiled=code is not None), 0.0, "") for i, code in enumerate(codes)]
         return Trajectory(spec.name, "prompt", turns)
 
-    trajectories = [episode(chain, right, swapped, None), episode(rows, solution(rows, 1))]
+    trajectories = [episode(chain, right, swapped, None), episode(rows, solution(rows, 1)), episode(chain, right, right)]
     summary = summarize_evaluation(trajectories, specs={s.name: s for s in (chain, rows)})
-    assert (summary["chain_replies"], summary["chain_right"]) == (2, 1)
+    assert (summary["chain_replies"], summary["chain_right"]) == (4, 3)
+    # after a right chain: swapped in the first episode, kept in the last; a wrong chain has nothing to keep
+    assert (summary["chain_to_keep"], summary["chain_kept"]) == (2, 1)
     assert "chain_replies" not in summarize_evaluation(trajectories)
     assert "chain_replies" not in summarize_evaluation(trajectories, specs={"another_task": chain})  # no spec of theirs
 

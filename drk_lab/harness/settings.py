@@ -19,8 +19,9 @@ from pathlib import Path
 class HarnessSettings:
     worker_uses: int = 32  # evaluations one warm worker may serve, each after checking itself clean; 1: always fresh
     # workers kept ready; None: 2 on the CPU, min(8, max(2, cores / 2)) on a GPU. At most 2 x warm_workers
-    # evaluate at once (GPU memory) and 3 x warm_workers are alive, the rest checking themselves (zygote.py)
+    # evaluate at once (GPU memory) and spare_workers more are alive, checking themselves (zygote.py)
     warm_workers: int | None = None
+    spare_workers: int | None = None  # None: warm_workers; 0: no more alive than may evaluate at once
     lifecycle_lock: bool = True  # a worker's CUDA context starts and ends under the shared GPU lock
     lock_log: str | None = None  # a JSONL file: every GPU-lock hold (bench/lock_report.py reads it)
     reuse_log: str | None = None  # a JSONL file: why each warm worker retired
@@ -57,6 +58,9 @@ class HarnessSettings:
             if value is not None:
                 env["DRK_" + f.name.upper()] = str(int(value)) if isinstance(value, bool) else str(value)
         return env
+
+    def spare_workers_for(self, warm: int) -> int:
+        return warm if self.spare_workers is None else self.spare_workers
 
     def warm_workers_for(self, device: str) -> int:
         if self.warm_workers is not None:

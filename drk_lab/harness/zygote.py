@@ -5,8 +5,9 @@ supervisor + worker pairs from itself, so that no evaluation pays Python's and t
         zygote --fork--> supervisor (a child subreaper, serving one worker; supervisor.py)
             supervisor --fork--> worker (own session; warms up, then runs jobs; worker.py)
 
-It keeps `warm` pairs waiting for a job, at most 3 x warm alive, of which at most 2 x warm evaluate at
-once (a "slot" each: a flock on a file beside the socket, freed by the kernel if its holder dies). A pair
+It keeps `warm` pairs waiting for a job, at most 2 x warm + spare alive (spare_workers, by default
+warm), of which at most 2 x warm evaluate at once (a "slot" each: a flock on a file beside the socket,
+freed by the kernel if its holder dies). A pair
 gives its slot back as soon as the caller has its answer, so that the pairs checking themselves between
 jobs (reuse.py; 0.3-0.5 s of CPU each) do not take evaluations away: with 16 in flight on 16 slots and
 no pairs beyond them, about a third of the evaluations waited at the socket for a pair to finish its
@@ -53,6 +54,7 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
     listener.listen(256)
     news_r, news_w = os.pipe()  # pairs write "taken PID" on accepting a job, "free PID" when done, "gone PID"
     slots = Slots(socket_path, 2 * warm)
+    most_alive = 2 * warm + current().spare_workers_for(warm)
     idle: set[int] = set()
     alive: set[int] = set()
     hello = {"ready": True, "pid": os.getpid(), "versions": versions(),
@@ -61,7 +63,7 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
     sys.stdout.flush()
     pending = b""
     while True:
-        while len(idle) < warm and len(alive) < 3 * warm:
+        while len(idle) < warm and len(alive) < most_alive:
             pid = fork_pair(listener, slots, news_r, news_w, device, lock_dir, profiler, uses)
             idle.add(pid)
             alive.add(pid)
