@@ -98,10 +98,11 @@ def test_policy_over_a_task_set(tmp_path):
 
 def test_mini_drkernel(tmp_path):
     text = run("06_mini_drkernel", tmp_path, figure_name=str(tmp_path / "mini"))
-    assert "rl_trloo" in text and "heldout_stts" in text and "chain_right" in text  # RL, STTS rows, operators read
-    assert "static cache" in text and "hacks_per_100_evaluations" in text
+    assert "rl_trloo" in text and "rl_grpo" in text and "heldout_stts" in text  # RL, the ablation, STTS rows
+    assert "chain_right" in text and "chain_kept" in text and "hacks_per_100_evaluations" in text
     assert "exact_share" in text and "token_accuracy" in text  # reads_the_task after pretraining and SFT
     assert "no_code" in text and "mismatch" in text  # how the replies ended
+    assert "has no generation bench" in text
     assert (tmp_path / "mini_curves.html").exists()
-    ablation = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_fresh_tasks", figure_name=str(tmp_path / "third"))
-    assert "rl_trloo" in ablation and "rl_grpo" in ablation  # both RL runs of the third H200 run
+    fourth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_rl_lr1e5", figure_name=str(tmp_path / "fourth"))
+    assert "static cache" in fourth and "decode loop" in fourth  # its generation bench
