@@ -262,21 +262,26 @@ def phase_genbench(args, settings, out: Path) -> dict:
 
 
 def phase_rl(args, settings, out: Path) -> dict:
+    from drk_lab.agent.trajectory import read_jsonl
+    from drk_lab.mini_report import chain_counts
     from drk_lab.rl.trainer import RLTrainer
 
     start = need(out / "sft", "sft")
     folder = out / f"rl_{args.tag}"
     ckpt = folder / "ckpt"
     resume = "latest" if any(ckpt.glob("step_*/trainer.json")) else None
+    items = rl_items(args, "train", None, settings)
+    specs = {task.name: spec for spec, task in items}
+    counted = folder / "chain_per_step.jsonl"
     trainer = RLTrainer(
-        str(start), rl_tasks(args, "train", None, settings), seed=settings.seed,
+        str(start), [task for _, task in items], seed=settings.seed,
         prompts_per_step=settings.prompts_per_step, samples=settings.samples, turns=settings.turns,
         max_new_tokens=settings.max_new_tokens, max_context_tokens=settings.max_context_tokens,
         feedback_tokens=settings.feedback_tokens, sampler="static", generation_batch_size=4096,
         micro_batch_size=settings.micro_batch_size, mini_batches=settings.mini_batches, lr=settings.rl_lr,
         advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs, eval_kwargs=eval_kwargs(settings),
         log_dir=str(folder / "log"), checkpoint_dir=str(ckpt), checkpoint_every=1, resume_from=resume,
-        save_rollouts=False)
+        save_rollouts=True)  # read back after each step for the operator counts, then deleted
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
@@ -285,12 +290,20 @@ def phase_rl(args, settings, out: Path) -> dict:
     while trainer.state.step < settings.rl_steps and time.perf_counter() - started + longest < settings.rl_time_limit_s:
         row = trainer.train(trainer.state.step + 1)[-1]
         longest = max(longest, row["time/step_s"])
+        # the rollouts' operator counts per step (chain_kept: does turn 2 learn to keep a right chain?),
+        # appended to a small file so that a resumed phase still reports every step
+        rollouts = folder / "log" / "rollouts" / f"step_{trainer.state.step:06d}.jsonl"
+        counts = {"step": trainer.state.step, **chain_counts(read_jsonl(rollouts), specs)}
+        with open(counted, "a") as f:
+            f.write(json.dumps(counts) + "\n")
+        rollouts.unlink()
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()
     trainer.export(folder / "model")
     done = {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
-            "resumed": resume is not None, "stopped_by_time_limit": trainer.state.step < settings.rl_steps}
+            "resumed": resume is not None, "stopped_by_time_limit": trainer.state.step < settings.rl_steps,
+            "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
     # the teacher's replies scored as after SFT (a few seconds): did RL unlearn them?
     done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
     return done

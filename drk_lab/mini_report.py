@@ -1,6 +1,7 @@
 """Reading a mini Dr. Kernel run back: what an evaluation shows (summarize_evaluation, which
 bench/mini_drkernel.py writes into eval_<checkpoint>.json) and the tables notebook 06 draws from a run's
-folder (read_run, then headline_rows, per_turn_rows, outcome_rows, reading_rows, timing_rows)."""
+folder (read_run, then headline_rows, per_turn_rows, outcome_rows, reading_rows, chain_step_rows,
+timing_rows)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,13 @@ def reading_rows(run: dict) -> list[dict]:
     order = sorted(run["phases"], key=lambda name: (name != "pretrain", name != "sft", name))
     return [{"phase": phase, "part": part, **scores} for phase in order
             for part, scores in run["phases"][phase].get("reads_the_task", {}).items()]
+
+
+def chain_step_rows(run: dict) -> list[dict]:
+    """Per RL run and step, the rollouts' operator counts (chain_right of chain_replies, chain_kept of
+    chain_to_keep); runs recorded before these counts have none."""
+    return [{"run": name[len("rl_"):], **counts} for name, report in sorted(run["phases"].items())
+            if name.startswith("rl_") for counts in report.get("chain_per_step", [])]
 
 
 def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:

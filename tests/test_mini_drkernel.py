@@ -65,6 +65,11 @@ def test_every_phase_writes_its_results(smoke):
     assert genbench["static_cache"]["generated_tokens"] == 8 * 16 and genbench["logprob_max_abs_diff"] < 1e-4
     rl = read(run_dir / "rl_trloo.json")
     assert rl["steps_done"] == 1 and not rl["resumed"]
+    # the rollouts' operator counts per step; the rollouts themselves are not kept
+    (counts,) = rl["chain_per_step"]
+    assert counts["step"] == 1 and 0 <= counts["chain_right"] <= counts["chain_replies"] <= 2 * 2 * 2
+    assert 0 <= counts["chain_kept"] <= counts["chain_to_keep"]
+    assert not list((run_dir / "rl_trloo" / "log" / "rollouts").glob("*.jsonl"))
     (row,) = [json.loads(line) for line in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     for key in ("reward_mean/turn_1", "fast@1/turn_1", "entropy", "grad_norm", "mrs/rejected_frac", "prs/rejected_frac"):
         assert key in row, key
@@ -89,10 +94,11 @@ def test_every_phase_writes_its_results(smoke):
 def test_the_notebooks_tables_read_the_exported_run(smoke):
     """notebook 06's helpers on the --export copy: SFT first in the headline, the teacher-forced scores in
     the order the model was trained (pretraining, SFT, then the RL run), every evaluation's outcomes."""
-    from drk_lab.mini_report import headline_rows, outcome_rows, read_run, reading_rows
+    from drk_lab.mini_report import chain_step_rows, headline_rows, outcome_rows, read_run, reading_rows
 
     result = read_run(smoke / "export")
     assert [row["checkpoint"] for row in headline_rows(result)] == ["sft", "rl_trloo"]
+    assert [(row["run"], row["step"]) for row in chain_step_rows(result)] == [("trloo", 1)]
     assert [(row["phase"], row["part"]) for row in reading_rows(result)] == [
         (phase, part) for phase in ("pretrain", "sft", "rl_trloo") for part in ("heldout", "seen")]
     outcomes = outcome_rows(result)
@@ -180,6 +186,7 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_gets_its_own_folder(smo
     assert rl["steps_done"] == 2 and rl["resumed"]
     steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
+    assert [counts["step"] for counts in rl["chain_per_step"]] == [1, 2]  # the first call's step is kept
     run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off")
     assert read(run_dir / "rl_grpo_noprs.json")["steps_done"] == 1
     assert (run_dir / "rl_grpo_noprs" / "model" / "config.json").exists()
