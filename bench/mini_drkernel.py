@@ -19,10 +19,11 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              autocast -> pretrain/ (optional, --set pretrain_steps=0)
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
              bug's reply is context, not a target), batch 8, lr 3e-4 -> sft/
-  genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens) against the plain decode loop,
-             and sampler vs trainer log-probs on sampled replies (token-exact, max |diff|) -> genbench.json
+  genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens; on a GPU also with CUDA
+             graphs) against the plain decode loop, and sampler vs trainer log-probs on sampled replies
+             (token-exact, max |diff|) -> genbench.json
   rl         RLTrainer on the train split: 4 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
-             lr 1e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
+             lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
              rl_<tag>/ckpt (a second call resumes), stops before a step that would pass rl_time_limit_s
              -> rl_<tag>/model, scored teacher-forced as after pretrain and sft (reads_the_task)
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
@@ -238,27 +239,34 @@ def phase_genbench(args, settings, out: Path) -> dict:
     prompts = (prompts * settings.genbench_rows)[: settings.genbench_rows]
     kw = {"pad_token_id": policy.pad_token_id, "stop_token_ids": policy.stop_token_ids}
     static = generation_speed(policy.model, prompts, settings.genbench_tokens, **kw)
+    on_gpu = policy.device.type == "cuda"
+    graphed = generation_speed(policy.model, prompts, settings.genbench_tokens, cuda_graph=True, **kw) if on_gpu else None
     loop_rows, loop_tokens = min(16, len(prompts)), min(64, settings.genbench_tokens)
     loop = TransformersPolicy(policy.model, policy.tokenizer, batch_size=loop_rows)
     started = time.perf_counter()
     loop._decode_batch(prompts[:loop_rows], loop_tokens, 1.0, 1.0, 0, None)
     loop_s = time.perf_counter() - started
-    # the trainer's view of sampled replies: same tokens, log-probs from its teacher-forced forward
-    sampled = policy.generate([[{"role": "user", "content": t.source}] for t in tasks[:8]], n=1, seed=1,
-                              max_new_tokens=min(128, settings.genbench_tokens))
-    diffs = []
-    for task, (completion,) in zip(tasks[:8], sampled):
-        ids = completion.extra["prompt_token_ids"] + completion.token_ids
-        rows = {"input_ids": torch.tensor([ids], device=policy.device)}
-        rows["attention_mask"] = torch.ones_like(rows["input_ids"])
-        rows["position_ids"] = torch.arange(len(ids), device=policy.device)[None]
-        with torch.no_grad():
-            trainer_lp = sequence_logprobs(policy.model, rows)[0, -len(completion.token_ids):].cpu()
-        diffs.append((trainer_lp - torch.tensor(completion.logprobs)).abs().max().item())
-    return {"model": str(path), "static_cache": static,
+    # the trainer's view of sampled replies (each decode path on a GPU): same tokens, log-probs from its
+    # teacher-forced forward
+    diffs = {}
+    for cuda_graph in (False, True) if on_gpu else (False,):
+        policy.cuda_graph = cuda_graph
+        sampled = policy.generate([[{"role": "user", "content": t.source}] for t in tasks[:8]], n=1, seed=1,
+                                  max_new_tokens=min(128, settings.genbench_tokens))
+        diffs[cuda_graph] = []
+        for completion, in sampled:
+            ids = completion.extra["prompt_token_ids"] + completion.token_ids
+            rows = {"input_ids": torch.tensor([ids], device=policy.device)}
+            rows["attention_mask"] = torch.ones_like(rows["input_ids"])
+            rows["position_ids"] = torch.arange(len(ids), device=policy.device)[None]
+            with torch.no_grad():
+                trainer_lp = sequence_logprobs(policy.model, rows)[0, -len(completion.token_ids):].cpu()
+            diffs[cuda_graph].append((trainer_lp - torch.tensor(completion.logprobs)).abs().max().item())
+    return {"model": str(path), "static_cache": static, "static_cache_graph": graphed,
             "decode_loop": {"rows": loop_rows, "new_tokens": loop_tokens, "seconds": loop_s,
                             "tokens_per_s": loop_rows * loop_tokens / loop_s},
-            "logprob_max_abs_diff": max(diffs), "logprob_max_abs_diff_per_reply": diffs}
+            "logprob_max_abs_diff": max(diffs[False]), "logprob_max_abs_diff_per_reply": diffs[False],
+            "logprob_max_abs_diff_graph": max(diffs[True]) if on_gpu else None}
 
 
 def phase_rl(args, settings, out: Path) -> dict:
@@ -277,7 +285,8 @@ def phase_rl(args, settings, out: Path) -> dict:
         str(start), [task for _, task in items], seed=settings.seed,
         prompts_per_step=settings.prompts_per_step, samples=settings.samples, turns=settings.turns,
         max_new_tokens=settings.max_new_tokens, max_context_tokens=settings.max_context_tokens,
-        feedback_tokens=settings.feedback_tokens, sampler="static", generation_batch_size=4096,
+        feedback_tokens=settings.feedback_tokens, sampler="static", cuda_graph=settings.cuda_graph,
+        generation_batch_size=4096,
         micro_batch_size=settings.micro_batch_size, mini_batches=settings.mini_batches, lr=settings.rl_lr,
         advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs, eval_kwargs=eval_kwargs(settings),
         log_dir=str(folder / "log"), checkpoint_dir=str(ckpt), checkpoint_every=1, resume_from=resume,
@@ -321,7 +330,8 @@ def phase_eval(args, settings, out: Path) -> dict:
 
     name = args.checkpoint
     path = Path(name) if Path(name).is_dir() else out / name / "model" if name.startswith("rl_") else out / name
-    policy = StaticCachePolicy(str(need(path, "sft" if name == "sft" else "rl")), dtype=torch.float32)
+    policy = StaticCachePolicy(str(need(path, "sft" if name == "sft" else "rl")), dtype=torch.float32,
+                               cuda_graph=settings.cuda_graph)
     heldout_items = rl_items(args, "heldout", settings.eval_heldout, settings)
     seen_items = rl_items(args, "train", settings.eval_seen, settings) if settings.eval_seen else []
     specs = {task.name: spec for spec, task in heldout_items + seen_items}  # to check the operators written

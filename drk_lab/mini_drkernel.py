@@ -82,6 +82,9 @@ class MiniSettings:
     prs: bool = True
     mrs: bool = True
     rl_time_limit_s: float = 330.0  # the RL phase stops (and checkpoints) before a step that would pass it
+    # the sampler's one-token steps replayed as a CUDA graph (rl/sampler.py), in RL and the evaluations;
+    # genbench measures both ways on a GPU
+    cuda_graph: bool = False
     # evaluation (held-out split, built-in suite, STTS)
     eval_heldout: int = 64  # held-out tasks (operator combinations never seen in RL training)
     eval_seen: int = 32  # train-split tasks, whose teacher replies pretraining saw: the gap to held-out is generalisation
@@ -304,7 +307,7 @@ def teacher_forced_replies(model, tokenizer, specs) -> dict:
 
 # -- generation speed ------------------------------------------------------------------------------
 def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token_id: int, stop_token_ids: list[int],
-                     repeats: int = 2) -> dict:
+                     repeats: int = 2, cuda_graph: bool = False) -> dict:
     """Generated tokens per second of the static-cache sampler at temperature 1 (the best of `repeats`
     runs after one warm-up), with no stop token so that every row makes max_new tokens."""
     from drk_lab.rl.sampler import sample_tokens
@@ -314,7 +317,8 @@ def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token
             torch.cuda.synchronize()
         started = time.perf_counter()
         tokens, *_ = sample_tokens(model, prompts, max_new, pad_token_id=pad_token_id, stop_token_ids=[-1],
-                                   temperature=1.0, generator=torch.Generator(device=next(model.parameters()).device).manual_seed(0))
+                                   temperature=1.0, generator=torch.Generator(device=next(model.parameters()).device).manual_seed(0),
+                                   cuda_graph=cuda_graph)
         return tokens.numel(), time.perf_counter() - started
 
     once()

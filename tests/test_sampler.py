@@ -87,6 +87,28 @@ def test_prefill_in_blocks_of_rows_changes_nothing(tiny, monkeypatch):
     assert torch.equal(whole[0], blocked[0]) and torch.allclose(whole[1], blocked[1], atol=1e-5)
 
 
+def test_the_fixed_shape_step_for_cuda_graphs_decodes_the_same(tiny):
+    """cuda_graph=True decodes with the fixed-shape step (the whole cache read, positions not yet written
+    masked); on a CPU it runs without capture: the same greedy tokens, the same sampled tokens from the
+    same seed, log-probs within float rounding, and stop tokens still end the rows."""
+    model, tokenizer = tiny
+    prompts = prompts_of(tokenizer)
+    greedy = {"pad_token_id": tokenizer.pad_token_id, "stop_token_ids": [-1], "temperature": 0}
+    plain, graphed = (sample_tokens(model, prompts, 12, cuda_graph=g, **greedy) for g in (False, True))
+    assert torch.equal(plain[0], graphed[0]) and torch.allclose(plain[1], graphed[1], atol=1e-5)
+    stop = int(plain[0][0, 3])
+    kw = {"pad_token_id": tokenizer.pad_token_id, "stop_token_ids": [stop], "temperature": 1.0}
+    plain, graphed = (sample_tokens(model, prompts, 16, generator=torch.Generator().manual_seed(2), cuda_graph=g, **kw)
+                      for g in (False, True))
+    assert torch.equal(plain[0], graphed[0]) and torch.equal(plain[3], graphed[3])
+    assert torch.allclose(plain[1], graphed[1], atol=1e-5)
+    for row, prompt in enumerate(prompts):  # and the trainer agrees with the fixed-shape path's log-probs
+        reply = graphed[0][row].tolist()
+        reply = reply[: reply.index(stop) + 1] if stop in reply else reply
+        expected = trainer_logprobs(model, prompt + reply)[len(prompt):]
+        assert torch.allclose(graphed[1][row, : len(reply)], expected, atol=1e-4)
+
+
 def test_policy_stops_at_a_stop_token_and_reports_like_the_loop_policy(tiny):
     model, tokenizer = tiny
     messages = [[{"role": "user", "content": "relu"}]]
@@ -137,3 +159,25 @@ def test_gpu_speed_of_a_30m_model():
     prompts = [[5 + (i % 50)] * 400 for i in range(256)]
     speed = generation_speed(model, prompts, 256, pad_token_id=tokenizer.pad_token_id, stop_token_ids=[-1])
     assert speed["tokens_per_s"] > 10_000, speed
+
+
+@pytest.mark.gpu
+def test_cuda_graph_decoding_matches_the_plain_step_on_a_gpu(tiny):
+    """On CUDA the fixed-shape step is captured once and replayed: the same greedy tokens as the plain step,
+    log-probs within float rounding, sampled replies scored the same by the trainer."""
+    model, tokenizer = tiny
+    model = model.cuda()
+    prompts = prompts_of(tokenizer) * 5
+    kw = {"pad_token_id": tokenizer.pad_token_id, "stop_token_ids": [-1], "temperature": 0}
+    plain, graphed = (sample_tokens(model, prompts, 32, cuda_graph=g, **kw) for g in (False, True))
+    assert torch.equal(plain[0], graphed[0]) and torch.allclose(plain[1], graphed[1], atol=1e-4)
+    sampled = sample_tokens(model, prompts, 32, cuda_graph=True, generator=torch.Generator("cuda").manual_seed(0),
+                            **{**kw, "temperature": 1.0})
+    for row, prompt in enumerate(prompts[:3]):
+        ids = prompt + sampled[0][row].tolist()
+        rows = {"input_ids": torch.tensor([ids], device="cuda"), "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device="cuda"),
+                "position_ids": torch.arange(len(ids), device="cuda")[None]}
+        with torch.no_grad():
+            expected = sequence_logprobs(model, rows)[0, len(prompt):].cpu()
+        assert torch.allclose(sampled[1][row], expected, atol=1e-4)
+    model.cpu()

@@ -9,9 +9,12 @@ in batches of `generation_batch_size`; for a small model the per-call overhead d
 on the H200 in the first RL run). Here all rows of a call decode together, the cache is one tensor per
 layer allocated once ([rows, kv heads, prompt + new tokens, head dim]), and each step runs only the
 layer arithmetic; grouped-query attention reads the cache without copying it. For a model of a few tens
-of millions of parameters that is launch-bound, not
-memory-bound, so batching all the step's rows is what buys the speed; CUDA graphs are not used (each
-step attends to a growing slice of the cache, a shape that changes every step).
+of millions of parameters that is launch-bound, not memory-bound, so batching all the step's rows is
+what buys the speed. With `cuda_graph=True` each one-token step has fixed shapes (it writes its key and
+value at a position held in a tensor and attends over the whole cache, the positions not yet written
+masked) and is captured once per call as a CUDA graph: one launch per token instead of a few hundred.
+The default step attends to the growing slice of the cache written so far, which reads less memory but
+changes shape every token.
 
 Token-exact with what the trainer scores: the layers' own modules (norms, projections, MLP, rotary
 embedding) run on the same inputs; only attention is written out (scaled dot-product over the cache with
@@ -63,8 +66,9 @@ class KVCache:
         return view
 
 
-def _attention(layer, hidden, cos, sin, cache: KVCache, index: int, start: int, mask):
-    """The layer's self-attention for new tokens at cache positions start..start+T-1."""
+def _attention(layer, hidden, cos, sin, cache: KVCache, index: int, start, mask):
+    """The layer's self-attention for new tokens at cache positions start..start+T-1 (`start` an int), or
+    for one new token at the position in the 1-element tensor `start`, attending over the whole cache."""
     from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
     attn = layer.self_attn
@@ -76,10 +80,15 @@ def _attention(layer, hidden, cos, sin, cache: KVCache, index: int, start: int, 
     if hasattr(attn, "q_norm"):
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-    end = start + new
-    cache.keys[index, :, :, start:end] = k
-    cache.values[index, :, :, start:end] = v
-    keys, values = cache.keys[index, :, :, :end], cache.values[index, :, :, :end]
+    if isinstance(start, int):
+        end = start + new
+        cache.keys[index, :, :, start:end] = k
+        cache.values[index, :, :, start:end] = v
+        keys, values = cache.keys[index, :, :, :end], cache.values[index, :, :, :end]
+    else:  # fixed shapes: the position is data, not a slice bound
+        cache.keys[index].index_copy_(2, start, k)
+        cache.values[index].index_copy_(2, start, v)
+        keys, values = cache.keys[index], cache.values[index]
     kv_heads = keys.shape[1]
     groups = q.shape[1] // kv_heads
     # grouped-query attention without copying the cache: the `groups` query heads that share a key/value
@@ -103,7 +112,23 @@ def forward_step(model, ids, positions, cache: KVCache, start: int):
     causal = key_at[None, :] <= query_at[:, None]
     # every query sees itself, so a padding position never has an empty row (NaN); real tokens never see padding
     mask = (cache.valid[:, None, :end] & causal[None]) | (key_at[None, :] == query_at[:, None])[None]
-    mask = mask[:, None]  # [rows, 1, T, S]
+    return _layers(model, hidden, cos, sin, cache, start, mask[:, None])  # mask [rows, 1, T, S]
+
+
+def decode_step(model, ids, positions, cache: KVCache, start: torch.Tensor):
+    """forward_step for one new token per row ([rows, 1]) at the cache position in the 1-element tensor
+    `start`, every shape fixed: it attends over the whole cache, where the positions not yet written are
+    not valid, so the same step serves every token and can be captured as a CUDA graph."""
+    base = model.model
+    hidden = base.embed_tokens(ids)
+    cos, sin = base.rotary_emb(hidden, positions)
+    key_at = torch.arange(cache.valid.shape[1], device=ids.device)
+    mask = cache.valid | (key_at == start)[None]  # the new token sees itself even in a finished row
+    return _layers(model, hidden, cos, sin, cache, start, mask[:, None, None])
+
+
+def _layers(model, hidden, cos, sin, cache: KVCache, start, mask):
+    base = model.model
     for index, layer in enumerate(base.layers):
         residual = hidden
         hidden = residual + _attention(layer, layer.input_layernorm(hidden), cos, sin, cache, index, start, mask)
@@ -112,12 +137,47 @@ def forward_step(model, ids, positions, cache: KVCache, start: int):
     return model.lm_head(hidden)[:, -1].float()
 
 
+class GraphedDecode:
+    """decode_step on one cache, captured once as a CUDA graph; a call copies the step's inputs into the
+    graph's buffers and replays it, returning the graph's logits buffer (overwritten by the next call).
+    Create it before the prefill: warming up and capturing write position 0 of every row, which the
+    prefill then overwrites. Off CUDA the same fixed-shape step runs eagerly (what the CPU tests check)."""
+
+    def __init__(self, model, cache: KVCache):
+        self.model, self.cache = model, cache
+        rows, device = cache.valid.shape[0], cache.valid.device
+        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph = None
+        if device.type == "cuda":
+            side = torch.cuda.Stream(device)  # the first run creates cuBLAS handles and workspaces: not capturable
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                decode_step(model, self.ids, self.positions, cache, self.start)
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = decode_step(model, self.ids, self.positions, cache, self.start)
+
+    def __call__(self, token, positions, start: int):
+        self.ids.copy_(token[:, None])
+        self.positions.copy_(positions)
+        self.start.fill_(start)
+        if self.graph is None:
+            return decode_step(self.model, self.ids, self.positions, self.cache, self.start)
+        self.graph.replay()
+        return self.logits
+
+
 @torch.inference_mode()
 def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id: int, stop_token_ids: list[int],
-                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, generator=None):
+                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, generator=None,
+                  cuda_graph: bool = False):
     """Sample up to `max_new` tokens after each prompt, all rows at once. Returns (tokens [rows, n],
     raw log-probs [rows, n], sampling log-probs [rows, n], stopped [rows]) on the CPU; after a row's stop
-    token its tokens are `pad_token_id`."""
+    token its tokens are `pad_token_id`. `cuda_graph`: decode with GraphedDecode (see the module's
+    docstring)."""
     check_supported(model)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
@@ -128,6 +188,7 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
         ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
         cache.valid[row, width - len(prompt):width] = True
     ids = ids.to(device)
+    graphed = GraphedDecode(model, cache) if cuda_graph else None  # before the prefill (see GraphedDecode)
     positions = (cache.valid[:, :width].long().cumsum(-1) - 1).clamp(min=0)
     stops = torch.tensor(stop_token_ids, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
@@ -154,7 +215,10 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
         if step == max_new - 1 or (step % 8 == 7 and bool(finished.all())):  # a host sync every 8 tokens only
             break
         cache.valid[:, width + step] = ~finished | torch.isin(token, stops)
-        logits = forward_step(model, token[:, None], next_position, cache, width + step)
+        if graphed is not None:
+            logits = graphed(token, next_position, width + step)
+        else:
+            logits = forward_step(model, token[:, None], next_position, cache, width + step)
         next_position = next_position + 1
     tokens = torch.stack(tokens, 1)
     stopped = torch.isin(tokens, stops).any(-1)
@@ -163,24 +227,26 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
 
 class StaticCachePolicy(TokenPolicy):
     """A TokenPolicy (chat or token-id prompts) that decodes with sample_tokens: all rows of a generate
-    call at once, up to `batch_size` rows (default 1024) per decode."""
+    call at once, up to `batch_size` rows (default 1024) per decode; `cuda_graph` as in sample_tokens."""
 
-    def __init__(self, *args, batch_size: int = 1024, **kwargs):
+    def __init__(self, *args, batch_size: int = 1024, cuda_graph: bool = False, **kwargs):
         super().__init__(*args, batch_size=batch_size, **kwargs)
+        self.cuda_graph = cuda_graph
         check_supported(self.model)
 
     @classmethod
-    def wrap(cls, policy) -> StaticCachePolicy:
+    def wrap(cls, policy, cuda_graph: bool = False) -> StaticCachePolicy:
         wrapped = TokenPolicy.wrap(policy)
         out = cls.__new__(cls)
         out.__dict__.update(wrapped.__dict__)
+        out.cuda_graph = cuda_graph
         check_supported(out.model)
         return out
 
     def _decode_batch_eval(self, prompts, max_new, temperature, top_p, top_k, generator) -> list[Completion]:
         tokens, raw, sampled, stopped = sample_tokens(
             self.model, prompts, max_new, pad_token_id=self.pad_token_id, stop_token_ids=self.stop_token_ids,
-            temperature=temperature, top_p=top_p, top_k=top_k, generator=generator)
+            temperature=temperature, top_p=top_p, top_k=top_k, generator=generator, cuda_graph=self.cuda_graph)
         stop_set = set(self.stop_token_ids)
         completions = []
         for row, (ids_row, raw_row, sample_row) in enumerate(zip(tokens.tolist(), raw.tolist(), sampled.tolist())):

@@ -37,6 +37,7 @@ class RLSettings:
     chat_template_kwargs: dict | None = None
     generation_batch_size: int = 8
     sampler: str = "loop"  # "loop": TransformersPolicy's decode loop (any model); "static": rl/sampler.py (Qwen3-style, all rows at once)
+    cuda_graph: bool = False  # with sampler="static": each decode step replays a CUDA graph (rl/sampler.py)
     eval_kwargs: dict | None = None  # to drk_lab.harness.evaluate (device, correctness_trials, ...)
     max_workers: int | None = None
     shuffle_tasks: bool = True

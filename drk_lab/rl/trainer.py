@@ -233,10 +233,13 @@ class RLTrainer:
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
         with unwrapped_model as unwrapped, self.accelerator.autocast():
-            policy_class = StaticCachePolicy if self.settings.sampler == "static" else TokenPolicy
+            if self.settings.sampler == "static":
+                policy_class, extra = StaticCachePolicy, {"cuda_graph": self.settings.cuda_graph}
+            else:
+                policy_class, extra = TokenPolicy, {}
             policy = policy_class(unwrapped, self.tokenizer, device=self.accelerator.device,
                                  max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
-                                 chat_template_kwargs=self.settings.chat_template_kwargs)
+                                 chat_template_kwargs=self.settings.chat_template_kwargs, **extra)
             return collect_rollouts(
                 policy, self.step_tasks(step), samples=self.settings.samples, schedule=self.schedule(),
                 reward_fn=self.settings.reward_fn, sampling=sampling, seed=self._seed(step, 1),
