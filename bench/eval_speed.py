@@ -172,6 +172,36 @@ def cpu_ticks() -> tuple[int, int] | None:
     return sum(ticks) - idle, sum(ticks)
 
 
+class GpuBusy:
+    """NVML's GPU utilization sampled every 0.2 s in a thread while the block runs; mean() is the share of
+    the time a kernel was running (None on a CPU). With cpu_busy it says which side sets the rate."""
+
+    def __enter__(self):
+        import threading
+
+        from drk_lab.harness.gpu_clocks import busy_percent
+
+        self.samples, self.stop = [], threading.Event()
+
+        def sample():
+            while not self.stop.wait(0.2):
+                if (percent := busy_percent(0)) is not None:
+                    self.samples.append(percent / 100)
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        if DEVICE == "cuda":
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def mean(self) -> float | None:
+        return statistics.fmean(self.samples) if self.samples else None
+
+
 def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     """Seconds for `pairs` once the pool is warm: two untimed rounds of IN_FLIGHT evaluations first (the
     pool grows past IN_FLIGHT workers, for those checking themselves between jobs), then SETTLE_S for the
@@ -193,7 +223,8 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
 
     since = time.time()
     start, ticks = time.perf_counter(), cpu_ticks()
-    results = map_in_threads(one, list(range(len(pairs))), IN_FLIGHT, "evaluate", "eval")
+    with GpuBusy() as gpu:
+        results = map_in_threads(one, list(range(len(pairs))), IN_FLIGHT, "evaluate", "eval")
     seconds, ticks_after = time.perf_counter() - start, cpu_ticks()
     # the share of all cores busy meanwhile: near 1, the CPUs (compiles, and waits that spin) set the rate
     cpu_busy = ((ticks_after[0] - ticks[0]) / max(ticks_after[1] - ticks[1], 1)) if ticks and ticks_after else None
@@ -206,7 +237,7 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     return {"isolation": isolation, "profile": profile, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
-            "cpu_busy": cpu_busy, "blocking_sync": harness_settings().blocking_sync,
+            "cpu_busy": cpu_busy, "gpu_busy": gpu.mean(), "blocking_sync": harness_settings().blocking_sync,
             "lifecycle_lock": harness_settings().lifecycle_lock,
             "worker_uses": harness_settings().worker_uses if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
@@ -262,7 +293,8 @@ def phase_throughput_no_profile():
 def phase_throughput_fork():
     """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0 or DRK_WORKER_USES=1)."""
     blocking = "_blocking_sync" if harness_settings().blocking_sync else ""
-    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses}{blocking}")
+    spare = f"_spare{harness_settings().spare_workers}" if harness_settings().spare_workers is not None else ""
+    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses}{blocking}{spare}")
 
 
 def cv(values):

@@ -1,5 +1,5 @@
-"""The GPU's SM clock and why the driver is holding it down, read from NVML through ctypes (no extra
-package). Compute-bound kernels run slower when power or heat pulls the clock down, which makes
+"""The GPU's SM clock and why the driver is holding it down, and how busy it is, read from NVML through
+ctypes (no extra package). Compute-bound kernels run slower when power or heat pulls the clock down, which makes
 their speedup against a cached baseline drift; timing results record it so such drift is visible."""
 
 from __future__ import annotations
@@ -58,3 +58,17 @@ def clock_state(cuda_index: int = 0) -> dict | None:
     if get_reasons and get_reasons(handle, ctypes.byref(reasons)) == 0:
         slowdown = [name for bit, name in SLOWDOWN_REASONS.items() if reasons.value & bit]
     return {"sm_clock_mhz": clock.value, "slowdown": slowdown}
+
+
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+def busy_percent(cuda_index: int = 0) -> int | None:
+    """The share of NVML's last sample period (1/6 s to 1 s, by GPU) in which a kernel was running, in
+    percent, or None without NVML. Near 100 while evaluations wait for one another: the GPU sets the rate."""
+    handle = _handle(cuda_index)
+    if handle is None:
+        return None
+    rates = _Utilization()
+    return rates.gpu if _library().nvmlDeviceGetUtilizationRates(handle, ctypes.byref(rates)) == 0 else None
