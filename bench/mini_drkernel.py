@@ -6,6 +6,7 @@ cold-start SFT, multi-turn RL with TRLOO + MRS + PRS, evaluation on held-out tas
                                                                               # what earlier phases left in --out
     python bench/mini_drkernel.py --phase all --out /tmp/smoke --smoke        # tiny sizes on the CPU (tests)
     python bench/mini_drkernel.py --phase rl --advantage grpo --tag grpo ...  # the ablation, same budget
+    python bench/mini_drkernel.py --phase rl --set rl_seed=1 ...              # another RL seed: rl_trloo_seed1
     python bench/mini_drkernel.py --phase sft --model /path/to/hf-folder ...  # any local checkpoint instead
 
 Phases (each writes JSON under --out; --export DIR copies the small files there, e.g. $OUT):
@@ -282,7 +283,7 @@ def phase_rl(args, settings, out: Path) -> dict:
     specs = {task.name: spec for spec, task in items}
     counted = folder / "chain_per_step.jsonl"
     trainer = RLTrainer(
-        str(start), [task for _, task in items], seed=settings.seed,
+        str(start), [task for _, task in items], seed=settings.rl_seed,
         prompts_per_step=settings.prompts_per_step, samples=settings.samples, turns=settings.turns,
         max_new_tokens=settings.max_new_tokens, max_context_tokens=settings.max_context_tokens,
         feedback_tokens=settings.feedback_tokens, sampler="static", cuda_graph=settings.cuda_graph,
@@ -405,7 +406,8 @@ def main(argv=None) -> int:
             settings = replace(settings, prs=args.prs == "on")
         if args.seed is not None:
             settings = replace(settings, seed=args.seed)
-        args.tag = args.tag or settings.advantage + ("" if settings.prs else "_noprs")
+        args.tag = args.tag or (settings.advantage + ("" if settings.prs else "_noprs")
+                                + (f"_seed{settings.rl_seed}" if settings.rl_seed else ""))
         phases = PHASES if args.phase == "all" else tuple(args.phase.split(","))
         unknown = [ph for ph in phases if ph not in PHASES]
         if unknown:

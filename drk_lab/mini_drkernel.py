@@ -99,6 +99,7 @@ class MiniSettings:
     genbench_rows: int = 256
     genbench_tokens: int = 512
     seed: int = 0
+    rl_seed: int = 0  # RL's sampling and prompt order; another from the same SFT model: rl_<advantage>_seed<N>
 
     @classmethod
     def smoke(cls, **changes) -> MiniSettings:

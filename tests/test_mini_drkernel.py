@@ -179,7 +179,7 @@ def test_export_copies_only_the_small_files(smoke):
     assert not any(p.endswith((".safetensors", ".bin", ".pt")) for p in exported)
 
 
-def test_rl_resumes_from_its_checkpoint_and_the_ablation_gets_its_own_folder(smoke):
+def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_their_own_folders(smoke):
     run_dir = smoke / "run"
     run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=2")
     rl = read(run_dir / "rl_trloo.json")
@@ -187,9 +187,9 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_gets_its_own_folder(smo
     steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     assert [counts["step"] for counts in rl["chain_per_step"]] == [1, 2]  # the first call's step is kept
-    run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off")
-    assert read(run_dir / "rl_grpo_noprs.json")["steps_done"] == 1
-    assert (run_dir / "rl_grpo_noprs" / "model" / "config.json").exists()
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off", "--set", "rl_seed=1")
+    assert read(run_dir / "rl_grpo_noprs_seed1.json")["steps_done"] == 1  # its own folder, from the same SFT model
+    assert (run_dir / "rl_grpo_noprs_seed1" / "model" / "config.json").exists()
 
 
 @pytest.mark.parametrize("args, message", [
