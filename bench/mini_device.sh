@@ -4,6 +4,7 @@
 # stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
 #   bash bench/mini_device.sh 540 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
 #   ABLATION=none bash bench/mini_device.sh 540            # no GRPO run: TRLOO gets all the RL time
+#   RL_SEEDS="1 2" bash bench/mini_device.sh 540           # then TRLOO again from the same SFT model, per seed
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation: the same
 # rl_steps), eval rl_grpo, genbench. A phase that does not fit in what is left of a call gives that time
 # to RL steps instead; an RL phase stops before a step that would pass the call's end and resumes next call.
@@ -70,6 +71,12 @@ if [ "$ablation" != none ]; then
   [ -f $run/eval_rl_grpo.json ] || phase 110 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
     --set "eval_builtin_levels=()" "$@"
 fi
+# further RL seeds (rl_trloo_seed<N>), evaluated as the ablation is
+for seed in ${RL_SEEDS:-}; do
+  rl_done trloo_seed$seed || rl trloo --set rl_seed=$seed "$@"
+  [ -f $run/eval_rl_trloo_seed$seed.json ] || phase 110 --phase eval --checkpoint rl_trloo_seed$seed \
+    --set stts_tasks=0 --set "eval_builtin_levels=()" "$@"
+done
 # the sampler's speed was measured on earlier runs of the same model size: last, if time is left
 [ -f $run/genbench.json ] || phase 80 --phase genbench "$@"
 echo "all done"
