@@ -1,6 +1,7 @@
-"""The GPU's SM clock and why the driver is holding it down, and how busy it is, read from NVML through
-ctypes (no extra package). Compute-bound kernels run slower when power or heat pulls the clock down, which makes
-their speedup against a cached baseline drift; timing results record it so such drift is visible."""
+"""The GPU's SM clock and why the driver is holding it down, and how busy the GPU is, read from NVML
+through ctypes (no extra package). Compute-bound kernels run slower when power or heat pulls the clock
+down, which makes their speedup against a cached baseline drift; timing results record it so such
+drift is visible."""
 
 from __future__ import annotations
 
