@@ -414,7 +414,8 @@ def main(argv=None) -> int:
             raise UsageError(f"--phase {args.phase}: unknown phase {unknown[0]!r} (one of {', '.join(PHASES)}, all)")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "settings.json", {"settings": settings.to_dict(), "device": device_name()})
+        if not (out / "settings.json").exists():  # the run's settings; a phase's own --set go into its JSON
+            write_json(out / "settings.json", {"settings": settings.to_dict(), "device": device_name()})
         for phase in phases:
             if phase == "pretrain" and settings.pretrain_steps == 0:
                 continue
@@ -426,6 +427,7 @@ def main(argv=None) -> int:
                 print(f"== {phase}{' ' + target if target else ''}", flush=True)
                 result = RUNNERS[phase](args, settings, out)
                 result["seconds"] = time.perf_counter() - started
+                result["set"] = args.set  # this call's --set NAME=VALUE, beside the run's settings.json
                 write_json(out / (f"eval_{Path(target).name}.json" if target else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json"), result)
                 print(f"   {phase} done in {result['seconds']:.1f} s", flush=True)
                 if args.export:

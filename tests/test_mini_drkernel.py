@@ -184,6 +184,8 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=2")
     rl = read(run_dir / "rl_trloo.json")
     assert rl["steps_done"] == 2 and rl["resumed"]
+    # the call's own --set is in the phase's JSON; settings.json keeps the run's first settings
+    assert rl["set"] == ["rl_steps=2"] and read(run_dir / "settings.json")["settings"]["rl_steps"] == 1
     steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     assert [counts["step"] for counts in rl["chain_per_step"]] == [1, 2]  # the first call's step is kept
