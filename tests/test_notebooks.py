@@ -78,9 +78,12 @@ def test_diagnostics_flags_a_planted_entropy_collapse(tmp_path):
     assert "entropy_collapse" in text
 
 
-def test_the_shipped_run_log_shows_real_curves(tmp_path):
+def test_the_shipped_run_logs_show_real_curves(tmp_path):
     text = run("03_diagnostics", tmp_path, figure_name=str(tmp_path / "diag"))
     assert "steps" in text and (tmp_path / "diag.html").exists()
+    mini = run("03_diagnostics", tmp_path, run="data/runs/mini_h200_drills/rl_trloo/log",
+               compare="data/runs/mini_h200_drills/rl_grpo/log", figure_name=str(tmp_path / "mini"))
+    assert "rl_trloo/log: 4 steps" in mini and (tmp_path / "mini.html").exists()  # the mini run's TRLOO beside GRPO
 
 
 def test_layernorm_case_has_three_turns(tmp_path):
