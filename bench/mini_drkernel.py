@@ -271,7 +271,6 @@ def phase_genbench(args, settings, out: Path) -> dict:
 
 
 def phase_rl(args, settings, out: Path) -> dict:
-    from drk_lab.agent.trajectory import read_jsonl
     from drk_lab.mini_report import chain_counts
     from drk_lab.rl.trainer import RLTrainer
 
@@ -291,7 +290,7 @@ def phase_rl(args, settings, out: Path) -> dict:
         micro_batch_size=settings.micro_batch_size, mini_batches=settings.mini_batches, lr=settings.rl_lr,
         advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs, eval_kwargs=eval_kwargs(settings),
         log_dir=str(folder / "log"), checkpoint_dir=str(ckpt), checkpoint_every=1, resume_from=resume,
-        save_rollouts=True)  # read back after each step for the operator counts, then deleted
+        save_rollouts=False)
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
@@ -302,11 +301,9 @@ def phase_rl(args, settings, out: Path) -> dict:
         longest = max(longest, row["time/step_s"])
         # the rollouts' operator counts per step (chain_kept: does turn 2 learn to keep a right chain?),
         # appended to a small file so that a resumed phase still reports every step
-        rollouts = folder / "log" / "rollouts" / f"step_{trainer.state.step:06d}.jsonl"
-        counts = {"step": trainer.state.step, **chain_counts(read_jsonl(rollouts), specs)}
+        counts = {"step": trainer.state.step, **chain_counts(trainer.last_rollout.trajectories, specs)}
         with open(counted, "a") as f:
             f.write(json.dumps(counts) + "\n")
-        rollouts.unlink()
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()

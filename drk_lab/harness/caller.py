@@ -163,9 +163,8 @@ def shutdown() -> None:
 def configure(**changes) -> settings.HarnessSettings:
     """Change the harness's settings by name (settings.HarnessSettings: worker_uses, warm_workers,
     spare_workers, lifecycle_lock, lock_log, reuse_log, cache_dir, scratch_bytes, poison_in_cache,
-    blocking_sync) and stop the running
-    pools, so that the next evaluation starts them with the new settings. Call it between evaluations,
-    not during them."""
+    blocking_sync) and stop the running pools, so that the next evaluation starts them with the new
+    settings. Call it between evaluations, not during them."""
     changed = settings.change(**changes)
     shutdown()
     return changed

@@ -10,9 +10,9 @@ warm), of which at most 2 x warm evaluate at once (a "slot" each: a flock on a f
 freed by the kernel if its holder dies). A pair gives its slot back as soon as the caller has its
 answer, so that the pairs checking themselves between jobs (reuse.py; 0.3-0.5 s of CPU each) do not
 take evaluations away: with 16 in flight on 16 slots and no pairs beyond them, about a third of the
-evaluations waited at the socket for a pair to finish its check. Each worker warms up (CUDA, cuBLAS, the profiler, Triton's launch path; warm.py) and says
-"ready" before its supervisor asks for a slot and a job, so no job waits for a warm-up while a warm
-pair is about to be free. A pair serves up to `uses` jobs, each after the worker checked itself clean.
+evaluations waited at the socket for a pair to finish its check. Each worker warms up (CUDA, cuBLAS,
+the profiler, Triton's launch path; warm.py) and says "ready" before its supervisor asks for a slot and
+a job, so no job waits for a warm-up while a warm pair is about to be free. A pair serves up to `uses` jobs, each after the worker checked itself clean.
 """
 
 from __future__ import annotations

@@ -229,17 +229,18 @@ class StaticCachePolicy(TokenPolicy):
     """A TokenPolicy (chat or token-id prompts) that decodes with sample_tokens: all rows of a generate
     call at once, up to `batch_size` rows (default 1024) per decode; `cuda_graph` as in sample_tokens."""
 
+    cuda_graph = False
+
     def __init__(self, *args, batch_size: int = 1024, cuda_graph: bool = False, **kwargs):
         super().__init__(*args, batch_size=batch_size, **kwargs)
         self.cuda_graph = cuda_graph
         check_supported(self.model)
 
     @classmethod
-    def wrap(cls, policy, cuda_graph: bool = False) -> StaticCachePolicy:
+    def wrap(cls, policy) -> StaticCachePolicy:
         wrapped = TokenPolicy.wrap(policy)
         out = cls.__new__(cls)
         out.__dict__.update(wrapped.__dict__)
-        out.cuda_graph = cuda_graph
         check_supported(out.model)
         return out
 

@@ -162,6 +162,7 @@ class RLTrainer:
         self.state = TrainerState()
         self.force_responses = force_responses
         self.log: RunLog | None = None
+        self.last_rollout = None  # the latest step's rollout (its trajectories), for metrics a caller adds
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         if s.resume_from:
@@ -351,7 +352,7 @@ class RLTrainer:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         started = time.perf_counter()
-        rollout = self.rollout(step)
+        rollout = self.last_rollout = self.rollout(step)
         rollout_s = time.perf_counter() - started
         batch = build_batch(rollout, self.pad_token_id, self.settings.padding_side)
         train_started = time.perf_counter()
