@@ -158,11 +158,10 @@ class RLTrainer:
         optimizer = torch.optim.AdamW(self.params, lr=s.lr, betas=tuple(s.betas), weight_decay=s.weight_decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.scheduler = None
+        self.scheduler = self.last_rollout = None  # last_rollout: the latest step's, for metrics a caller adds
         self.state = TrainerState()
         self.force_responses = force_responses
         self.log: RunLog | None = None
-        self.last_rollout = None  # the latest step's rollout (its trajectories), for metrics a caller adds
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         if s.resume_from:
