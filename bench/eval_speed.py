@@ -258,7 +258,7 @@ def in_flight_summary(results, spans, seconds: float) -> dict:
     took = sorted(r.eval_seconds for r in results if r.eval_seconds)
     outside = sorted(end - began - (r.eval_seconds or 0.0) for r, (began, end) in zip(results, spans))
     warm = harness_settings().warm_workers_for(DEVICE)
-    return {"in_flight": IN_FLIGHT, "warm_workers": warm, "spare_workers": harness_settings().spare_workers_for(warm),
+    return {"in_flight": IN_FLIGHT, "warm_workers": warm, "spare_workers": harness_settings().spare_workers_for(warm, DEVICE),
             "mean_eval_seconds": statistics.fmean(took) if took else None,
             "p90_eval_seconds": took[int(0.9 * (len(took) - 1))] if took else None,
             "max_eval_seconds": took[-1] if took else None,

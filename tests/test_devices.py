@@ -30,3 +30,11 @@ def test_blocking_sync_is_off_unless_asked_for_and_says_why_it_cannot_be_set():
         pytest.skip("on a GPU, tests/test_gpu.py checks the flag in a fresh process")
     why = wait_by_blocking(0)  # no driver here: a reason, never an exception
     assert isinstance(why, str) and ("CUDA" in why or "driver" in why)
+
+
+def test_spare_workers_default_to_warm_on_the_cpu_and_none_on_a_gpu():
+    """The H200 A/B (BENCHMARKS.md) found spares slower on a GPU; a CPU pool still keeps them."""
+    assert HarnessSettings().spare_workers_for(8, "cpu") == 8
+    assert HarnessSettings().spare_workers_for(8, "cuda:0") == 0
+    chosen = HarnessSettings.from_environment({"DRK_SPARE_WORKERS": "3"})
+    assert chosen.spare_workers_for(8, "cuda") == 3 and chosen.spare_workers_for(1, "cpu") == 3

@@ -264,7 +264,7 @@ def test_workers_checking_themselves_do_not_take_evaluation_slots(small_pool, re
 
 
 def test_without_spare_workers_only_as_many_are_alive_as_may_evaluate(small_pool, relu_small, relu_solution):
-    """spare_workers=0 (the pool before spares, kept for A/B runs): the same load is served by the two
+    """spare_workers=0 (the default on a GPU): the same load is served by the two
     workers that may evaluate at once, and nothing else is forked while they are alive."""
     configure(spare_workers=0)  # beside small_pool's one warm pair
     results = drk.evaluate_many([(relu_small, relu_solution)] * 6, max_in_flight=4, device="cpu", progress=False,

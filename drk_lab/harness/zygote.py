@@ -5,14 +5,15 @@ supervisor + worker pairs from itself, so that no evaluation pays Python's and t
         zygote --fork--> supervisor (a child subreaper, serving one worker; supervisor.py)
             supervisor --fork--> worker (own session; warms up, then runs jobs; worker.py)
 
-It keeps `warm` pairs waiting for a job, at most 2 x warm + spare alive (spare_workers, by default
-warm), of which at most 2 x warm evaluate at once (a "slot" each: a flock on a file beside the socket,
-freed by the kernel if its holder dies). A pair gives its slot back as soon as the caller has its
-answer, so that the pairs checking themselves between jobs (reuse.py; 0.3-0.5 s of CPU each) do not
-take evaluations away: with 16 in flight on 16 slots and no pairs beyond them, about a third of the
-evaluations waited at the socket for a pair to finish its check. Each worker warms up (CUDA, cuBLAS,
-the profiler, Triton's launch path; warm.py) and says "ready" before its supervisor asks for a slot and
-a job, so no job waits for a warm-up while a warm pair is about to be free. A pair serves up to `uses` jobs, each after the worker checked itself clean.
+It keeps `warm` pairs waiting for a job, at most 2 x warm + spare alive (spare_workers), of which at
+most 2 x warm evaluate at once (a "slot" each: a flock on a file beside the socket, freed by the kernel
+if its holder dies). A pair gives its slot back as soon as the caller has its answer. On the CPU the
+spare pairs (as many as warm) keep evaluations from waiting while others check themselves between
+jobs (reuse.py; 0.3-0.5 s of CPU each). On a GPU there are none by default: on an H200, 24 workers for 16 slots
+evaluated about a fifth more slowly than 16, every stage slower (BENCHMARKS.md, 2026-12-02).
+Each worker warms up (CUDA, cuBLAS, the profiler, Triton's launch path; warm.py) and says "ready"
+before its supervisor asks for a slot and a job, so no job waits for a warm-up while a warm pair is
+about to be free. A pair serves up to `uses` jobs, each after the worker checked itself clean.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
     listener.listen(256)
     news_r, news_w = os.pipe()  # pairs write "taken PID" on accepting a job, "free PID" when done, "gone PID"
     slots = Slots(socket_path, 2 * warm)
-    most_alive = 2 * warm + current().spare_workers_for(warm)
+    most_alive = 2 * warm + current().spare_workers_for(warm, device)
     idle: set[int] = set()
     alive: set[int] = set()
     hello = {"ready": True, "pid": os.getpid(), "versions": versions(),
