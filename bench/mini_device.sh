@@ -2,12 +2,14 @@
 # The mini Dr. Kernel run on the H200 in calls of at most BUDGET seconds each; every call does the next
 # phases still missing in runs/mini (the machine's disk keeps them between calls while it is held) and
 # stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
-#   bash bench/mini_device.sh 540 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
-#   ABLATION=none bash bench/mini_device.sh 540            # no GRPO run: TRLOO gets all the RL time
-#   RL_SEEDS="1 2" bash bench/mini_device.sh 540           # then TRLOO again from the same SFT model, per seed
-# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation: the same
-# rl_steps), eval rl_grpo, genbench. A phase that does not fit in what is left of a call gives that time
-# to RL steps instead; an RL phase stops before a step that would pass the call's end and resumes next call.
+#   bash bench/mini_device.sh 585 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
+#   ABLATION=none bash bench/mini_device.sh 585 --set rl_budget_s=540   # no GRPO run: TRLOO gets its time
+#   RL_SEEDS="1 2" bash bench/mini_device.sh 585           # then TRLOO again from the same SFT model, per seed
+# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation, on the same
+# rl_budget_s of step seconds), eval rl_grpo, genbench. A phase that does not fit in what is left of a call
+# gives that time to RL steps instead; an RL phase stops before a step that would pass the call's end and
+# resumes next call, and is finished once its steps have used rl_budget_s, so the evaluation after it can
+# follow in the same call. The machine goes back 30 s after a call ends: make the calls back to back.
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log).
 set -u
 budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}

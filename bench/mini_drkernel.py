@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
 import random
 import shutil
@@ -133,6 +134,14 @@ def eval_kwargs(settings: MiniSettings) -> dict:
     # cost seconds each and be read by nothing here
     return {"correctness_trials": settings.correctness_trials, "timing_trials": settings.timing_trials,
             "compile_baseline": False}
+
+
+def step_seconds(metrics: Path, last_step: int) -> list[float]:
+    """Seconds of each RL step logged up to `last_step` (the checkpoint a resumed run starts from)."""
+    if not metrics.exists():
+        return []
+    rows = {row["step"]: row["time/step_s"] for row in map(json.loads, metrics.read_text().splitlines())}
+    return [seconds for step, seconds in rows.items() if step <= last_step]
 
 
 def need(path: Path, phase: str) -> Path:
@@ -295,9 +304,19 @@ def phase_rl(args, settings, out: Path) -> dict:
 
     started = time.perf_counter()
     bar = tqdm(total=settings.rl_steps, initial=trainer.state.step, desc=f"rl {args.tag}", unit="step")
-    longest = 0.0  # a step is started only if one as long as the longest so far still ends within the limit
-    while trainer.state.step < settings.rl_steps and time.perf_counter() - started + longest < settings.rl_time_limit_s:
+    # a step is started only if one as long as the longest so far still ends within this call's limit and
+    # within the run's RL budget; earlier calls' steps (the log, up to the checkpoint) count for both
+    earlier = step_seconds(folder / "log" / "metrics.jsonl", trainer.state.step)
+    spent, longest = sum(earlier), max(earlier, default=0.0)
+    budget = math.inf if settings.rl_budget_s is None else settings.rl_budget_s
+
+    def fits(seconds_so_far: float, limit: float) -> bool:
+        return seconds_so_far + longest < limit
+
+    while (trainer.state.step < settings.rl_steps and fits(spent, budget)
+           and fits(time.perf_counter() - started, settings.rl_time_limit_s)):
         row = trainer.train(trainer.state.step + 1)[-1]
+        spent += row["time/step_s"]
         longest = max(longest, row["time/step_s"])
         # the rollouts' operator counts per step (chain_kept: does turn 2 learn to keep a right chain?),
         # appended to a small file so that a resumed phase still reports every step
@@ -309,8 +328,11 @@ def phase_rl(args, settings, out: Path) -> dict:
     bar.close()
     trainer.export(folder / "model")
     done = {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
-            "resumed": resume is not None, "stopped_by_time_limit": trainer.state.step < settings.rl_steps,
-            "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
+            "resumed": resume is not None, "rl_seconds": spent}
+    # stopped by the call's limit: the next call resumes; by the run's RL budget (or steps done): finished
+    done["stopped_by_budget"] = trainer.state.step < settings.rl_steps and not fits(spent, budget)
+    done["stopped_by_time_limit"] = trainer.state.step < settings.rl_steps and not done["stopped_by_budget"]
+    done |= {"chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
     # the teacher's replies scored as after SFT (a few seconds): did RL unlearn them?
     done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
     return done

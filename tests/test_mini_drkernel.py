@@ -189,9 +189,27 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     assert [counts["step"] for counts in rl["chain_per_step"]] == [1, 2]  # the first call's step is kept
+    assert not rl["stopped_by_time_limit"] and not rl["stopped_by_budget"]
     run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off", "--set", "rl_seed=1")
     assert read(run_dir / "rl_grpo_noprs_seed1.json")["steps_done"] == 1  # its own folder, from the same SFT model
     assert (run_dir / "rl_grpo_noprs_seed1" / "model" / "config.json").exists()
+
+
+def test_rl_stops_on_its_budget_across_calls(smoke):
+    """rl_budget_s counts the RL steps of every call: a run whose first step used it up is finished (the
+    next call trains nothing), while a call's own time limit leaves it to resume."""
+    run_dir = smoke / "run"
+    budget = ("--set", "rl_steps=5", "--set", "rl_budget_s=0.001", "--set", "rl_seed=2")
+    run("--smoke", "--out", run_dir, "--phase", "rl", *budget)
+    first = read(run_dir / "rl_trloo_seed2.json")
+    assert first["steps_done"] == 1 and first["stopped_by_budget"] and not first["stopped_by_time_limit"]
+    run("--smoke", "--out", run_dir, "--phase", "rl", *budget)
+    again = read(run_dir / "rl_trloo_seed2.json")
+    assert again["steps_done"] == 1 and again["resumed"] and again["rl_seconds"] == first["rl_seconds"]
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=5", "--set", "rl_time_limit_s=0.001",
+        "--set", "rl_seed=3")
+    limited = read(run_dir / "rl_trloo_seed3.json")
+    assert limited["steps_done"] == 1 and limited["stopped_by_time_limit"] and not limited["stopped_by_budget"]
 
 
 @pytest.mark.parametrize("args, message", [
