@@ -23,9 +23,10 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens; on a GPU also with CUDA
              graphs) against the plain decode loop, and sampler vs trainer log-probs on sampled replies
              (token-exact, max |diff|) -> genbench.json
-  rl         RLTrainer on the train split: 4 steps of 8 prompts x 8 samples x 2 turns, 1,792 new tokens,
-             lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler; checkpoints every step in
-             rl_<tag>/ckpt (a second call resumes), stops before a step that would pass rl_time_limit_s
+  rl         RLTrainer on the train split: steps of 16 prompts x 8 samples x 2 turns, 1,792 new tokens,
+             lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler with CUDA graphs, until the
+             steps have taken rl_budget_s (300 s, across calls); checkpoints every step in rl_<tag>/ckpt,
+             stops before a step that would pass this call's rl_time_limit_s (the next call resumes)
              -> rl_<tag>/model, scored teacher-forced as after pretrain and sft (reads_the_task)
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
              train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep
@@ -327,12 +328,13 @@ def phase_rl(args, settings, out: Path) -> dict:
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()
     trainer.export(folder / "model")
+    unfinished = trainer.state.step < settings.rl_steps
+    # stopped by this call's limit, the next call resumes; by the RL budget (or with every step done), finished
     done = {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
-            "resumed": resume is not None, "rl_seconds": spent}
-    # stopped by the call's limit: the next call resumes; by the run's RL budget (or steps done): finished
-    done["stopped_by_budget"] = trainer.state.step < settings.rl_steps and not fits(spent, budget)
-    done["stopped_by_time_limit"] = trainer.state.step < settings.rl_steps and not done["stopped_by_budget"]
-    done |= {"chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
+            "resumed": resume is not None, "rl_seconds": spent,
+            "stopped_by_budget": unfinished and not fits(spent, budget),
+            "stopped_by_time_limit": unfinished and fits(spent, budget),
+            "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
     # the teacher's replies scored as after SFT (a few seconds): did RL unlearn them?
     done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
     return done
