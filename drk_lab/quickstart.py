@@ -60,6 +60,10 @@ def run_quickstart(device: str | None = None, max_in_flight: int | None = None, 
     say(f"drk_lab quickstart on {device}: {len(tasks)} built-in solutions, {len(variants)} planted variants")
     if device == "cpu":
         print("No CUDA GPU: the Triton interpreter checks correctness at each task's small sizes; timings need CUDA.")
+    # workers evaluating small sizes on the CPU stay near 220 MiB; a 1 GiB limit lets the host-memory hoarder
+    # reach it in about a second even where memory faults in at 1 GB/s shared by 2 cores (at 4 GiB, 4 of them
+    # in flight sometimes outlasted the 15 s limit and ended as timeouts); CUDA workers need more room
+    host_memory = 1 << 30 if device == "cpu" else 4 << 30
     started = time.time()
     solutions = evaluate_many([(t, builtin_solution(t)) for t in tasks], max_in_flight=max_in_flight, device=device)
     planted = {}
@@ -67,7 +71,7 @@ def run_quickstart(device: str | None = None, max_in_flight: int | None = None, 
         group = [v for v in variants if v.hack_checks == checks]
         results = evaluate_many([(task_by_id(tasks, v.task), v.code) for v in group], max_in_flight=max_in_flight,
                                 device=device, timeout_s=variant_timeout_s, timing=False,
-                                host_memory_bytes=4 << 30, hack_checks=checks)
+                                host_memory_bytes=host_memory, hack_checks=checks)
         planted.update({v.name: r for v, r in zip(group, results)})
     planted = [planted[v.name] for v in variants]
     rows = [("solution", t, r, "ok") for t, r in zip(tasks, solutions)]
