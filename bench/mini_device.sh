@@ -5,6 +5,7 @@
 #   bash bench/mini_device.sh 585 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
 #   ABLATION=none bash bench/mini_device.sh 585 --set rl_budget_s=540   # no GRPO run: TRLOO gets its time
 #   RL_SEEDS="1 2" bash bench/mini_device.sh 585           # then TRLOO again from the same SFT model, per seed
+#   TAG=trloo_lr1e-4 bash bench/mini_device.sh 585 --set rl_lr=1e-4   # another TRLOO arm from the same SFT model
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation, on the same
 # rl_budget_s of step seconds), eval rl_grpo, genbench. A phase that does not fit in what is left of a call
 # gives that time to RL steps instead; an RL phase stops before a step that would pass the call's end and
@@ -16,6 +17,7 @@ budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}
 shift
 extra=("$@")
 ablation=${ABLATION:-grpo}
+tag=${TAG:-trloo}  # the TRLOO run's folder, rl_<tag>: other settings from the same SFT model get their own
 filling=
 cd "$(dirname "$0")/.."
 run=runs/mini
@@ -46,17 +48,19 @@ phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left o
 pack() { tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null; }
 
 rl_done() { python3 -c "import json, sys; sys.exit(json.load(open('$run/rl_$1.json'))['stopped_by_time_limit'])" 2>/dev/null; }
-rl() {  # rl ADVANTAGE [ARGS...]: RL steps until the run is done or the call's time is nearly up (it resumes)
-  local advantage=$1
-  shift
-  phase 170 --phase rl --advantage "$advantage" --set rl_time_limit_s=$(($(left) - 40)) "$@"
+rl() {  # rl ADVANTAGE TAG [ARGS...]: RL steps until the run is done or the call's time is nearly up (it resumes)
+  local advantage=$1 name=$2
+  shift 2
+  phase 170 --phase rl --advantage "$advantage" --tag "$name" --set rl_time_limit_s=$(($(left) - 40)) "$@"
 }
 fill() {  # a phase that does not fit: spend what is left on RL steps instead of leaving it idle
   [ -f $run/sft/config.json ] || return 0
   for advantage in trloo $ablation; do
     [ "$advantage" = none ] && return 0
-    rl_done $advantage && continue
-    [ "$(left)" -ge 170 ] && rl $advantage "$@"
+    local name=$advantage
+    [ "$advantage" = trloo ] && name=$tag
+    rl_done $name && continue
+    [ "$(left)" -ge 170 ] && rl $advantage $name "$@"
     return 0
   done
 }
@@ -65,17 +69,17 @@ fill() {  # a phase that does not fit: spend what is left on RL steps instead of
 [ -f $run/pretrain.json ] || phase 200 --phase pretrain "$@"
 [ -f $run/sft/config.json ] || phase 150 --phase sft "$@"
 [ -f $run/eval_sft.json ] || phase 240 --phase eval --checkpoint sft "$@"
-rl_done trloo || rl trloo "$@"
-[ -f $run/eval_rl_trloo.json ] || phase 200 --phase eval --checkpoint rl_trloo "$@"
+rl_done $tag || rl trloo $tag "$@"
+[ -f $run/eval_rl_$tag.json ] || phase 200 --phase eval --checkpoint rl_$tag "$@"
 if [ "$ablation" != none ]; then
-  rl_done grpo || rl grpo "$@"
+  rl_done grpo || rl grpo grpo "$@"
   # the ablation is compared on the held-out split only (no STTS, no built-in suite)
   [ -f $run/eval_rl_grpo.json ] || phase 110 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
     --set "eval_builtin_levels=()" "$@"
 fi
 # further RL seeds (rl_trloo_seed<N>), evaluated as the ablation is
 for seed in ${RL_SEEDS:-}; do
-  rl_done trloo_seed$seed || rl trloo --set rl_seed=$seed "$@"
+  rl_done trloo_seed$seed || rl trloo trloo_seed$seed --set rl_seed=$seed "$@"
   [ -f $run/eval_rl_trloo_seed$seed.json ] || phase 110 --phase eval --checkpoint rl_trloo_seed$seed \
     --set stts_tasks=0 --set "eval_builtin_levels=()" "$@"
 done

@@ -7,6 +7,7 @@ cold-start SFT, multi-turn RL with TRLOO + MRS + PRS, evaluation on held-out tas
     python bench/mini_drkernel.py --phase all --out /tmp/smoke --smoke        # tiny sizes on the CPU (tests)
     python bench/mini_drkernel.py --phase rl --advantage grpo --tag grpo ...  # the ablation, same budget
     python bench/mini_drkernel.py --phase rl --set rl_seed=1 ...              # another RL seed: rl_trloo_seed1
+    python bench/mini_drkernel.py --phase rl --tag p16 --set rl_prompts=16 ...  # any other arm: rl_p16
     python bench/mini_drkernel.py --phase sft --model /path/to/hf-folder ...  # any local checkpoint instead
 
 Phases (each writes JSON under --out; --export DIR copies the small files there, e.g. $OUT):
@@ -24,7 +25,8 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              graphs) against the plain decode loop, and sampler vs trainer log-probs on sampled replies
              (token-exact, max |diff|) -> genbench.json
   rl         RLTrainer on the train split: steps of 16 prompts x 8 samples x 2 turns, 1,792 new tokens,
-             lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler with CUDA graphs, until the
+             lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler with CUDA graphs, prompts
+             from the whole split (rl_prompts=N: its first N, the same every step), until the
              steps have taken rl_budget_s (300 s, across calls); checkpoints every step in rl_<tag>/ckpt,
              stops before a step that would pass this call's rl_time_limit_s (the next call resumes)
              -> rl_<tag>/model, scored teacher-forced as after pretrain and sft (reads_the_task)
@@ -288,7 +290,7 @@ def phase_rl(args, settings, out: Path) -> dict:
     folder = out / f"rl_{args.tag}"
     ckpt = folder / "ckpt"
     resume = "latest" if any(ckpt.glob("step_*/trainer.json")) else None
-    items = rl_items(args, "train", None, settings)
+    items = rl_items(args, "train", settings.rl_prompts, settings)
     specs = {task.name: spec for spec, task in items}
     counted = folder / "chain_per_step.jsonl"
     trainer = RLTrainer(
@@ -330,8 +332,8 @@ def phase_rl(args, settings, out: Path) -> dict:
     trainer.export(folder / "model")
     unfinished = trainer.state.step < settings.rl_steps
     # stopped by this call's limit, the next call resumes; by the RL budget (or with every step done), finished
-    done = {"tag": args.tag, "steps_done": trainer.state.step, "steps_planned": settings.rl_steps,
-            "resumed": resume is not None, "rl_seconds": spent,
+    done = {"tag": args.tag, "train_prompts": len(items), "steps_done": trainer.state.step,
+            "steps_planned": settings.rl_steps, "resumed": resume is not None, "rl_seconds": spent,
             "stopped_by_budget": unfinished and not fits(spent, budget),
             "stopped_by_time_limit": unfinished and fits(spent, budget),
             "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
@@ -346,8 +348,8 @@ def phase_eval(args, settings, out: Path) -> dict:
     import drk_lab as drk
     from drk_lab.agent.context import episode_schedule, stts_schedule
     from drk_lab.agent.episodes import run_many
-    from drk_lab.agent.trajectory import write_jsonl
-    from drk_lab.mini_report import summarize_evaluation
+    from drk_lab.agent.trajectory import read_jsonl, write_jsonl
+    from drk_lab.mini_report import paired_comparison, summarize_evaluation
     from drk_lab.rl.sampler import StaticCachePolicy
 
     name = args.checkpoint
@@ -382,6 +384,9 @@ def phase_eval(args, settings, out: Path) -> dict:
             if mine:
                 write_jsonl(mine, out / f"eval_{label}_{part}.jsonl", append=False)
                 report[part] = {**summarize_evaluation(mine, specs=specs), "tasks": len(part_tasks)}
+                after_sft = out / f"eval_sft_{part}.jsonl"  # same tasks, same sampling seed
+                if label != "sft" and after_sft.exists():
+                    report[part]["paired_with_sft"] = paired_comparison(read_jsonl(after_sft), mine)
     return report
 
 

@@ -71,6 +71,10 @@ class MiniSettings:
     # 6,200 tokens/s, launch-bound: 16 prompts double the rollouts for a gradient half as noisy at little
     # more generation time
     prompts_per_step: int = 16
+    # None: RL draws its prompts from the whole train split; N: only from the split's first N in the
+    # evaluation's order, so the same prompts return every step (their rewards form a learning curve free of
+    # which prompts were drawn) and, with N <= eval_seen, the seen evaluation holds every trained prompt
+    rl_prompts: int | None = None
     samples: int = 8
     turns: int = 2
     # with the tokenizer made here the teacher's first replies are 1,270 tokens at the median, 1,578 at

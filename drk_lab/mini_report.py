@@ -1,7 +1,7 @@
 """Reading a mini Dr. Kernel run back: what an evaluation shows (summarize_evaluation, which
 bench/mini_drkernel.py writes into eval_<checkpoint>.json) and the tables notebook 06 draws from a run's
-folder (read_run, then headline_rows, per_turn_rows, outcome_rows, reading_rows, chain_step_rows,
-timing_rows)."""
+folder (read_run, then headline_rows, paired_rows, per_turn_rows, outcome_rows, reading_rows,
+chain_step_rows, timing_rows)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,35 @@ def chain_counts(trajectories, specs: dict) -> dict:
     return {"chain_replies": len(right), "chain_right": sum(right), "chain_to_keep": len(kept), "chain_kept": sum(kept)}
 
 
+def paired_comparison(base, trajectories) -> dict:
+    """The same tasks and samples evaluated after two checkpoints (`base`, usually after SFT, and
+    `trajectories`) with the same sampling seed: how many episodes are solved (correct in some turn) by
+    both, only the base, only the other, or neither, and how many first and second replies are token for
+    token the base's. With a shared seed a checkpoint that barely moved repeats the base's replies, so
+    the counts separate what a change of the model did from what another draw of samples would do."""
+    from drk_lab.agent.metrics import is_correct
+
+    def key(t):
+        return f"{t.task}#{t.sample}"
+
+    before = {key(t): t for t in base}
+    pairs = [(before[key(t)], t) for t in trajectories if key(t) in before]
+
+    def solved(t) -> bool:
+        return any(is_correct(turn.result) for turn in t.turns)
+
+    def same_reply(a, b, turn: int) -> bool:
+        return len(a.turns) > turn and len(b.turns) > turn and a.turns[turn].token_ids == b.turns[turn].token_ids
+
+    return {"episodes": len(pairs),
+            "solved_by_both": sum(solved(a) and solved(b) for a, b in pairs),
+            "solved_only_before": sum(solved(a) and not solved(b) for a, b in pairs),
+            "solved_only_after": sum(solved(b) and not solved(a) for a, b in pairs),
+            "solved_by_neither": sum(not solved(a) and not solved(b) for a, b in pairs),
+            "same_first_reply": sum(same_reply(a, b, 0) for a, b in pairs),
+            "same_second_reply": sum(same_reply(a, b, 1) for a, b in pairs)}
+
+
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
 HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "chain_right",
             "chain_replies", "chain_kept", "chain_to_keep", "evaluations", "cut_off_rate")
@@ -91,6 +120,13 @@ def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> li
     names = sorted(run["evals"], key=lambda name: (name != baseline, name))
     return [{"checkpoint": name, **{k: run["evals"][name][part].get(k) for k in HEADLINE}}
             for name in names if part in run["evals"][name]]
+
+
+def paired_rows(run: dict, part: str = "heldout") -> list[dict]:
+    """Each RL checkpoint against the one after SFT, episode by episode on `part` (paired_comparison);
+    evaluations made before these counts have none."""
+    return [{"checkpoint": name, **report[part]["paired_with_sft"]} for name, report in sorted(run["evals"].items())
+            if "paired_with_sft" in report.get(part, {})]
 
 
 def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin")) -> list[dict]:

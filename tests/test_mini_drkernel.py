@@ -89,6 +89,13 @@ def test_every_phase_writes_its_results(smoke):
             assert summary["cut_off_rate"] == cut / len(turns_run) and summary["replies"] == len(turns_run)
             kinds = [t["result"]["error_kind"] or ("correct" if t["result"]["correct"] else "wrong") for t in turns_run]
             assert summary["outcomes"] == {k: kinds.count(k) for k in set(kinds)}
+            if name != "sft":  # the same episodes after SFT, compared one by one
+                paired = summary["paired_with_sft"]
+                solved = sum(paired[k] for k in ("solved_by_both", "solved_only_before", "solved_only_after",
+                                                 "solved_by_neither"))
+                assert paired["episodes"] == solved == summary["episodes"]
+                assert paired["same_first_reply"] <= paired["episodes"]
+    assert "paired_with_sft" not in read(run_dir / "eval_sft.json")["heldout"]
 
 
 def test_the_notebooks_tables_read_the_exported_run(smoke):
@@ -136,6 +143,28 @@ def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
     assert (summary["chain_to_keep"], summary["chain_kept"]) == (2, 1)
     assert "chain_replies" not in summarize_evaluation(trajectories)
     assert "chain_replies" not in summarize_evaluation(trajectories, specs={"another_task": chain})  # no spec of theirs
+
+
+def test_the_paired_comparison_matches_episodes_by_task_and_sample():
+    """Solved by both, by one of the two or by neither, and identical replies, episode by episode; an
+    episode the base lacks is left out."""
+    from drk_lab.agent.trajectory import Trajectory, Turn
+    from drk_lab.harness.result import EvalResult
+    from drk_lab.mini_report import paired_comparison
+
+    def episode(task, sample, *turns):
+        return Trajectory(task, "prompt", [Turn(task, i, 0, [], 10, 40, "reply", "stop", "ok", "code",
+                                                EvalResult(compiled=True, correct=ok), 0.0, "", token_ids=ids)
+                                           for i, (ids, ok) in enumerate(turns)], sample=sample)
+
+    before = [episode("a", 0, ([1, 2], True), ([3], False)), episode("a", 1, ([1], False), ([2], False)),
+              episode("b", 0, ([5], False), ([6], True)), episode("c", 0, ([7], False), ([8], False))]
+    after = [episode("a", 0, ([1, 2], False), ([4], False)), episode("a", 1, ([1], False), ([2], True)),
+             episode("b", 0, ([5], False), ([6], True)), episode("c", 0, ([9], False), ([8], False)),
+             episode("d", 0, ([1], True), ([1], True))]
+    assert paired_comparison(before, after) == {
+        "episodes": 4, "solved_by_both": 1, "solved_only_before": 1, "solved_only_after": 1, "solved_by_neither": 1,
+        "same_first_reply": 3, "same_second_reply": 3}
 
 
 def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():
@@ -193,6 +222,10 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off", "--set", "rl_seed=1")
     assert read(run_dir / "rl_grpo_noprs_seed1.json")["steps_done"] == 1  # its own folder, from the same SFT model
     assert (run_dir / "rl_grpo_noprs_seed1" / "model" / "config.json").exists()
+    # the whole train split, or only its first N prompts (the seen evaluation's first N) every step
+    assert rl["train_prompts"] > 1000
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_p1", "--set", "rl_prompts=1")
+    assert read(run_dir / "rl_trloo_p1.json")["train_prompts"] == 1
 
 
 def test_rl_stops_on_its_budget_across_calls(smoke):

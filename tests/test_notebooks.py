@@ -105,7 +105,8 @@ def test_mini_drkernel(tmp_path):
     assert "chain_right" in text and "chain_kept" in text and "hacks_per_100_evaluations" in text
     assert "exact_share" in text and "token_accuracy" in text  # reads_the_task after pretraining and SFT
     assert "no_code" in text and "mismatch" in text  # how the replies ended
-    assert "has no generation bench" in text and "no per-step operator counts" in text
+    assert "solved_only_after" in text and "same_first_reply" in text  # RL against SFT, episode by episode
+    assert "static cache" in text and "decode loop" in text  # the generation bench
     assert (tmp_path / "mini_curves.html").exists()
-    fourth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_rl_lr1e5", figure_name=str(tmp_path / "fourth"))
-    assert "static cache" in fourth and "decode loop" in fourth  # its generation bench
+    fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
+    assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
