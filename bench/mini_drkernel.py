@@ -23,7 +23,8 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              bug's reply is context, not a target), batch 8, lr 3e-4 -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens; on a GPU also with CUDA
              graphs) against the plain decode loop, and sampler vs trainer log-probs on sampled replies
-             (token-exact, max |diff|) -> genbench.json
+             (token-exact, max |diff|), and one decoding step's milliseconds at 64-256 rows over caches of
+             1,024 and 6,144 positions, profiled at RL's shape -> genbench.json
   rl         RLTrainer on the train split: steps of 16 prompts x 8 samples x 2 turns, 1,792 new tokens,
              lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler with CUDA graphs, prompts
              from the whole split (rl_prompts=N: its first N, the same every step), until the
@@ -239,7 +240,7 @@ def phase_sft(args, settings, out: Path) -> dict:
 def phase_genbench(args, settings, out: Path) -> dict:
     import torch
 
-    from drk_lab.mini_drkernel import generation_speed
+    from drk_lab.mini_drkernel import decode_step_cost, generation_speed
     from drk_lab.policies.huggingface import TransformersPolicy
     from drk_lab.rl.sampler import StaticCachePolicy
     from drk_lab.rl.trainer import sequence_logprobs
@@ -275,7 +276,12 @@ def phase_genbench(args, settings, out: Path) -> dict:
             with torch.no_grad():
                 trainer_lp = sequence_logprobs(policy.model, rows)[0, -len(completion.token_ids):].cpu()
             diffs[cuda_graph].append((trainer_lp - torch.tensor(completion.logprobs)).abs().max().item())
-    return {"model": str(path), "static_cache": static, "static_cache_graph": graphed,
+    # one decoding step at the genbench's shape and at RL's (128 rows; caches up to a turn-2 context): what
+    # a step costs as rows and cache grow, and, at RL's turn-2 shape, which operators take its time
+    shapes = [(r, n) for r in (64, 128, 256) for n in (1024, settings.max_context_tokens)] if on_gpu else [(4, 64)]
+    profiled = (128, settings.max_context_tokens) if on_gpu else (4, 64)
+    steps = [decode_step_cost(policy.model, r, n, profile=(r, n) == profiled) for r, n in shapes]
+    return {"model": str(path), "static_cache": static, "static_cache_graph": graphed, "decode_step": steps,
             "decode_loop": {"rows": loop_rows, "new_tokens": loop_tokens, "seconds": loop_s,
                             "tokens_per_s": loop_rows * loop_tokens / loop_s},
             "logprob_max_abs_diff": max(diffs[False]), "logprob_max_abs_diff_per_reply": diffs[False],

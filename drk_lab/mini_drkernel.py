@@ -337,3 +337,56 @@ def generation_speed(model, prompts: list[list[int]], max_new: int, *, pad_token
     best = min((once() for _ in range(repeats)), key=lambda r: r[1])
     return {"rows": len(prompts), "prompt_tokens_max": max(map(len, prompts)), "new_tokens": max_new,
             "generated_tokens": best[0], "seconds": best[1], "tokens_per_s": best[0] / best[1]}
+
+
+@torch.inference_mode()
+def decode_step_cost(model, rows: int, length: int, steps: int = 16, profile: bool = False) -> dict:
+    """Milliseconds per one-token step of the fixed-shape decode (rl/sampler.py's decode_step) for `rows`
+    rows over a cache of `length` positions, all but the last `steps` already written: run eagerly and, on
+    a GPU, replayed as a CUDA graph. `profile`: also the eager step's largest device-time operators
+    (torch.profiler), to tell attention over the cache from the layers' fixed cost."""
+    from drk_lab.rl.sampler import GraphedDecode, KVCache, decode_step
+
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    cache = KVCache(model.config, rows, length, device, next(model.parameters()).dtype)
+    cache.keys.normal_()
+    cache.values.normal_()
+    first = length - steps
+    cache.valid[:, :first] = True
+    token = torch.zeros(rows, dtype=torch.long, device=device)
+    positions = torch.full((rows, 1), first, dtype=torch.long, device=device)
+
+    def timed(step) -> float:
+        step(first)  # warm-up
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        for k in range(steps):
+            step(first + k)
+        if cuda:
+            torch.cuda.synchronize()
+        return 1000 * (time.perf_counter() - started) / steps
+
+    def eager(at: int):
+        return decode_step(model, token[:, None], positions, cache, torch.tensor([at], device=device))
+
+    out = {"rows": rows, "cache_positions": length, "eager_ms": timed(eager)}
+    if cuda:
+        graphed = GraphedDecode(model, cache)
+        out["graph_ms"] = timed(lambda at: graphed(token, positions, at))
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as run_profiler
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with run_profiler(activities=activities) as prof:
+            for k in range(steps):
+                eager(first + k)
+            if cuda:
+                torch.cuda.synchronize()
+        key = "self_device_time_total" if cuda else "self_cpu_time_total"
+        top = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)
+        out["top_ops"] = [{"op": e.key, "ms_per_step": getattr(e, key, 0.0) / 1000 / steps, "calls_per_step": e.count / steps}
+                          for e in top[:12]]
+    return out

@@ -63,6 +63,10 @@ def test_every_phase_writes_its_results(smoke):
             assert 0 <= part["exact_share"] <= 1 and 0 <= part["token_accuracy"] < 1 and part["errors_median"] > 0
     genbench = read(run_dir / "genbench.json")
     assert genbench["static_cache"]["generated_tokens"] == 8 * 16 and genbench["logprob_max_abs_diff"] < 1e-4
+    (step,) = genbench["decode_step"]  # one fixed-shape decoding step's cost, and its largest operators
+    assert step["rows"] == 4 and step["eager_ms"] > 0 and "graph_ms" not in step  # no CUDA graph on a CPU
+    times = [op["ms_per_step"] for op in step["top_ops"]]
+    assert 0 < len(times) <= 12 and times == sorted(times, reverse=True) and times[0] > 0
     rl = read(run_dir / "rl_trloo.json")
     assert rl["steps_done"] == 1 and not rl["resumed"]
     # the rollouts' operator counts per step; the rollouts themselves are not kept

@@ -110,3 +110,5 @@ def test_mini_drkernel(tmp_path):
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
+    smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
+    assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
