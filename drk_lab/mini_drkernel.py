@@ -387,6 +387,6 @@ def decode_step_cost(model, rows: int, length: int, steps: int = 16, profile: bo
                 torch.cuda.synchronize()
         key = "self_device_time_total" if cuda else "self_cpu_time_total"
         top = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)
-        out["top_ops"] = [{"op": e.key, "ms_per_step": getattr(e, key, 0.0) / 1000 / steps, "calls_per_step": e.count / steps}
-                          for e in top[:12]]
+        out["top_ops"] = [{"op": e.key, "ms_per_step": getattr(e, key, 0.0) / 1000 / steps,
+                           "calls_per_step": e.count / steps} for e in top[:12]]
     return out
