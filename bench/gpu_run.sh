@@ -17,6 +17,7 @@ for step in "$@"; do
     spare0:*) DRK_SPARE_WORKERS=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B: no workers beyond the slots
     fresh:*) DRK_WORKER_USES=1 timeout ${step#*:} python bench/eval_speed.py throughput_fork ;;  # no worker reuse
     profcost) timeout 200 python bench/profiler_cost.py ;;
+    gputime) timeout 300 python bench/gpu_time.py ;;  # device time of one evaluation, stage by stage
     rl:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/rl_run.py --random-hidden 1024 --random-layers 8 \
             --force-solutions --steps 3 --log-dir /tmp/rl_log ;;  # needs trl and datasets: see BENCHMARKS.md
     ncu) timeout 240 python bench/ncu_check.py ;;

@@ -123,3 +123,72 @@ def test_scale_of_huge_and_of_non_finite_references():
     assert float(reference_scale(torch.tensor([float("nan"), float("inf")]))) == 1.0
     assert float(reference_scale(torch.tensor([float("nan"), 2.0, 2.0]))) == 2.0
     assert compare(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0])) == 0.0
+
+
+def rule(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple[int, float]:
+    """The element rule written out in float64, one element at a time: (elements outside, largest error)."""
+    o, r = out.double().flatten().tolist(), ref.double().flatten().tolist()
+    limit = atol * float(reference_scale(ref.float()))
+    bad, largest = 0, 0.0
+    for x, y in zip(o, r):
+        if x != x and y != y:  # NaN where the reference has NaN
+            continue
+        diff = abs(x - y)
+        if diff != diff or diff > limit + rtol * abs(y):
+            bad += 1
+        if diff == diff:
+            largest = max(largest, diff)
+    return bad, largest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_quick_verdict_and_the_full_one_agree_with_the_rule(seed):
+    """compare() decides most outputs in a few passes and falls back to the full check otherwise: on
+    outputs with NaN, infinities, near-misses and clear errors, its verdict and largest error are the
+    rule's."""
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.randn(512, generator=g) * 3
+    out = ref + torch.randn(512, generator=g) * 1e-5  # within 1e-4 * scale everywhere
+    special = torch.randint(0, 512, (8,), generator=g)
+    kind = seed % 3
+    if kind == 1:  # NaN on both sides at the same places, and one infinity on each side
+        ref[special[:4]] = float("nan")
+        out[special[:4]] = float("nan")
+        ref[special[4]], out[special[4]] = float("inf"), float("inf")
+    elif kind == 2:  # a few real errors and a NaN where the reference has a number
+        out[special[:3]] += 0.5
+        out[special[3]] = float("nan")
+    if seed >= 3:
+        ref, out = ref.bfloat16(), out.bfloat16()
+    atol = rtol = 1e-2 if seed >= 3 else 1e-4
+    bad, largest = rule(out, ref, atol, rtol)
+    if bad:
+        with pytest.raises(Mismatch, match=rf"output: {bad} of 512 elements outside"):
+            compare(out, ref, atol, rtol)
+    else:
+        assert compare(out, ref, atol, rtol) == pytest.approx(largest, rel=1e-6, abs=1e-12)
+    assert kind == 0 or bad  # the specials make it fail: matching infinities count as wrong (inf - inf is NaN)
+
+
+def test_same_bits_treats_nan_as_equal_and_tells_signed_zeros_apart_only_by_value():
+    from drk_lab.harness.correctness import same_bits
+
+    a = torch.tensor([1.0, float("nan"), 0.0])
+    assert same_bits(a, a.clone()) and same_bits(a, torch.tensor([1.0, float("nan"), -0.0]))
+    assert not same_bits(a, torch.tensor([1.0, 2.0, 0.0])) and not same_bits(a, a.double())
+    assert same_bits(torch.arange(4), torch.arange(4)) and not same_bits(torch.arange(4), torch.arange(1, 5))
+
+
+def test_fingerprints_follow_the_values_without_overflowing():
+    from drk_lab.hacks.runtime_checks import fingerprint
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.bool):
+        x = (torch.randn(1 << 17) * 5).to(dtype)
+        assert fingerprint(x) == fingerprint(x.clone())
+        y = x.clone()
+        y[7] = 0 if x[7] != 0 else 1
+        assert fingerprint(x) != fingerprint(y), dtype
+    huge = torch.full((1 << 17,), 3e30)  # squares overflow float32; their fingerprint must still move
+    other = huge.clone()
+    other[0] = 1e30
+    assert fingerprint(huge) != fingerprint(other)

@@ -109,6 +109,23 @@ class Snapshot:
         return found
 
 
+def value_sums(t: torch.Tensor) -> list[float]:
+    """The largest magnitude of a large tensor's values, and the sum, absolute sum and root sum of squares
+    of the values divided by it: a few passes and one wait for the GPU, with no float64 copy of the tensor
+    (a 256 MB float32 output would need a 512 MB one); the division keeps float32 sums from overflowing.
+    ATen's reductions are deterministic on one device, so equal outputs give equal sums."""
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    if not x.is_floating_point():
+        x = x.double()  # integer and bool outputs: exact in float64 up to 2**53
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    peak = torch.linalg.vector_norm(x, float("inf"), dtype=acc)
+    y = x / peak.clamp_min(torch.finfo(acc).tiny)
+    norms = [torch.linalg.vector_norm(y, order, dtype=acc) for order in (1, 2)]
+    return torch.stack([peak, y.sum(dtype=acc), *norms]).tolist()
+
+
 def fingerprint(out) -> str:
     """A hash of the output's values, to see whether it changes with the input."""
     h = hashlib.sha256()
@@ -117,8 +134,7 @@ def fingerprint(out) -> str:
             if t.numel() <= 1 << 16:
                 h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
             else:
-                d = t.detach().double()
-                h.update(repr([float(d.sum()), float(d.abs().sum()), float(d.square().sum())]).encode())
+                h.update(repr(value_sums(t)).encode())
         else:
             h.update(repr(t).encode())
     return h.hexdigest()

@@ -30,9 +30,9 @@ def same_bits(a, b) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
-        if a.is_floating_point():
-            return bool(((a == b) | (a.isnan() & b.isnan())).all())
-        return torch.equal(a, b)
+        if torch.equal(a, b):  # two passes; False also whenever both hold a NaN, hence the rule below
+            return True
+        return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
     return type(a) is type(b) and a == b
 
 
@@ -127,11 +127,20 @@ def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> f
         work = torch.float64 if r.dtype == torch.float64 else torch.float32
         ow, rw = o.detach().to(work), r.detach().to(work)  # detached: mode_findings compares with gradients on
         limit = a * reference_scale(rw)
-        diff = (ow - rw).abs()
-        nan_ok = ow.isnan() == rw.isnan()
-        bad = ~((diff <= limit + rt * rw.abs()) | (ow.isnan() & rw.isnan())) | ~nan_ok
-        largest = torch.where(diff.isnan(), 0, diff).max() if diff.numel() else diff.new_zeros(())
-        n_bad, err, a = torch.stack([bad.sum().to(work), largest, limit]).tolist()  # one wait for the GPU
+        diff = (ow - rw).abs_()
+        allowed = rw.abs().mul_(rt).add_(limit)
+        # the common case in few passes over the output (a check runs about ten times per evaluation, on
+        # outputs of hundreds of MB): a NaN difference never compares <=, so all within bounds means no NaN
+        # on either side and nothing to locate; anything else takes the full rule below
+        largest = diff.max() if diff.numel() else diff.new_zeros(())
+        within, err, a = torch.stack([(diff <= allowed).all().to(work), largest, limit]).tolist()  # one GPU wait
+        if within:
+            worst = max(worst, err)
+            continue
+        both_nan = ow.isnan() & rw.isnan()
+        bad = ~((diff <= allowed) | both_nan) | (ow.isnan() != rw.isnan())
+        largest = torch.where(diff.isnan(), 0, diff).max()
+        n_bad, err = torch.stack([bad.sum().to(work), largest]).tolist()
         if n_bad:
             n_nan = int((ow.isnan() & ~rw.isnan()).sum())
             idx = tuple(int(j) for j in torch.nonzero(bad)[0]) if bad.dim() else ()
