@@ -132,17 +132,18 @@ def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> f
         # the common case in few passes over the output (a check runs about ten times per evaluation, on
         # outputs of hundreds of MB): a NaN difference never compares <=, so all within bounds means no NaN
         # on either side and nothing to locate; anything else takes the full rule below
+        ok = diff <= allowed
         largest = diff.max() if diff.numel() else diff.new_zeros(())
-        within, err, a = torch.stack([(diff <= allowed).all().to(work), largest, limit]).tolist()  # one GPU wait
+        within, err, a = torch.stack([ok.all().to(work), largest, limit]).tolist()  # one GPU wait
         if within:
             worst = max(worst, err)
             continue
-        both_nan = ow.isnan() & rw.isnan()
-        bad = ~((diff <= allowed) | both_nan) | (ow.isnan() != rw.isnan())
+        o_nan, r_nan = ow.isnan(), rw.isnan()
+        bad = ~(ok | (o_nan & r_nan)) | (o_nan != r_nan)
         largest = torch.where(diff.isnan(), 0, diff).max()
         n_bad, err = torch.stack([bad.sum().to(work), largest]).tolist()
         if n_bad:
-            n_nan = int((ow.isnan() & ~rw.isnan()).sum())
+            n_nan = int((o_nan & ~r_nan).sum())
             idx = tuple(int(j) for j in torch.nonzero(bad)[0]) if bad.dim() else ()
             raise Mismatch(
                 f"{where}: {int(n_bad)} of {r.numel()} elements outside atol={a:g} rtol={rt:g}"
