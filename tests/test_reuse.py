@@ -2,6 +2,8 @@
 sandbox retires a worker after anything it cannot vouch for (real workers, the Triton interpreter)."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -84,8 +86,6 @@ def test_forget_job_drops_the_jobs_modules_and_folder(tmp_path):
     world = take_world()
     (tmp_path / "candidate_probe.py").write_text("X = 1\n")
     os.chdir(tmp_path)
-    import sys
-
     sys.path.insert(0, str(tmp_path))
     import candidate_probe  # noqa: F401
 
@@ -188,9 +188,6 @@ def test_the_supervisor_lets_go_of_the_gpu_before_the_cpu_part_of_the_check(tmp_
 
 
 def test_slots_let_at_most_their_count_through_and_free_a_dead_holders(tmp_path):
-    import subprocess
-    import sys
-
     from drk_lab.harness.zygote import Slots
 
     slots = Slots(str(tmp_path / "pool"), 2)
@@ -271,3 +268,12 @@ def test_without_spare_workers_only_as_many_are_alive_as_may_evaluate(small_pool
                                 correctness_trials=2, hack_checks=False)
     assert all(r.ok for r in results), [r.error for r in results]
     assert len({r.worker_pid for r in results}) == 2
+
+
+def test_the_zygote_leaves_tritons_compiler_imported_for_its_workers():
+    # a worker's first never-seen kernel would otherwise import the code generator inside its evaluation
+    code = ("import sys; from drk_lab.harness.warm import precompute_in_zygote; precompute_in_zygote(); "
+            "print('triton.compiler.code_generator' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "True"
