@@ -109,6 +109,25 @@ def test_the_fixed_shape_step_for_cuda_graphs_decodes_the_same(tiny):
         assert torch.allclose(graphed[1][row, : len(reply)], expected, atol=1e-4)
 
 
+def test_graphed_steps_attending_over_part_of_the_cache_decode_the_same(tiny, monkeypatch):
+    """With ATTEND_STEP of 4 positions the fixed-shape step attends over 4, 8, 12, ... cached positions as
+    the reply grows (a graph each on CUDA), never over positions it has not reached: the same tokens."""
+    import drk_lab.rl.sampler as sampler
+
+    model, tokenizer = tiny
+    prompts = prompts_of(tokenizer)
+    kw = {"pad_token_id": tokenizer.pad_token_id, "stop_token_ids": [-1], "temperature": 1.0}
+    whole = sample_tokens(model, prompts, 14, generator=torch.Generator().manual_seed(4), cuda_graph=True, **kw)
+    lengths = []
+    step = sampler.decode_step
+    monkeypatch.setattr(sampler, "ATTEND_STEP", 4)
+    monkeypatch.setattr(sampler, "decode_step", lambda *a: lengths.append(a[-1]) or step(*a))
+    parts = sample_tokens(model, prompts, 14, generator=torch.Generator().manual_seed(4), cuda_graph=True, **kw)
+    assert torch.equal(whole[0], parts[0]) and torch.allclose(whole[1], parts[1], atol=1e-5)
+    width = max(len(p) for p in prompts)
+    assert lengths == [min(width + 14, (width + i) // 4 * 4 + 4) for i in range(13)]
+
+
 def test_policy_stops_at_a_stop_token_and_reports_like_the_loop_policy(tiny):
     model, tokenizer = tiny
     messages = [[{"role": "user", "content": "relu"}]]
@@ -162,15 +181,21 @@ def test_gpu_speed_of_a_30m_model():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_decoding_matches_the_plain_step_on_a_gpu(tiny):
-    """On CUDA the fixed-shape step is captured once and replayed: the same greedy tokens as the plain step,
-    log-probs within float rounding, sampled replies scored the same by the trainer."""
+def test_cuda_graph_decoding_matches_the_plain_step_on_a_gpu(tiny, monkeypatch):
+    """On CUDA the fixed-shape step is captured and replayed, one graph per attended length (here 8, 16,
+    ... positions, sharing one memory pool): the same greedy tokens as the plain step, log-probs within
+    float rounding, sampled replies scored the same by the trainer."""
+    import drk_lab.rl.sampler as sampler
+
     model, tokenizer = tiny
     model = model.cuda()
     prompts = prompts_of(tokenizer) * 5
     kw = {"pad_token_id": tokenizer.pad_token_id, "stop_token_ids": [-1], "temperature": 0}
     plain, graphed = (sample_tokens(model, prompts, 32, cuda_graph=g, **kw) for g in (False, True))
     assert torch.equal(plain[0], graphed[0]) and torch.allclose(plain[1], graphed[1], atol=1e-4)
+    monkeypatch.setattr(sampler, "ATTEND_STEP", 8)
+    parts = sample_tokens(model, prompts, 32, cuda_graph=True, **kw)
+    assert torch.equal(plain[0], parts[0]) and torch.allclose(plain[1], parts[1], atol=1e-4)
     sampled = sample_tokens(model, prompts, 32, cuda_graph=True, generator=torch.Generator("cuda").manual_seed(0),
                             **{**kw, "temperature": 1.0})
     for row, prompt in enumerate(prompts[:3]):
