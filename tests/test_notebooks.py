@@ -112,3 +112,5 @@ def test_mini_drkernel(tmp_path):
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
     smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
     assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
+    eighth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_lr1e4", figure_name=str(tmp_path / "eighth"))
+    assert "rl_trloo_p16_lr1e-4" in eighth and "fmha_cutlassF_f32" in eighth  # an RL arm of its own name
