@@ -272,7 +272,8 @@ def in_flight_summary(results, spans, seconds: float) -> dict:
 def phase_throughput(isolations=("fork", "spawn"), profile: bool = True, name: str = "throughput"):
     """Many candidates in flight (each built-in level-1/2 task DRK_BENCH_ROUNDS times, every one a
     new kernel): the fork server against a fresh Python per evaluation."""
-    ts, rounds = tasks((1, 2)), int(os.environ.get("DRK_BENCH_ROUNDS", "2"))
+    # 4 rounds on a GPU (112 kernels): with 16 in flight, 2 rounds leave a third of the window to the tail
+    ts, rounds = tasks((1, 2)), int(os.environ.get("DRK_BENCH_ROUNDS", "4" if DEVICE == "cuda" else "2"))
     rows = []
     for isolation in isolations:
         pairs = [(t, fresh_kernel(drk.builtin_solution(t))) for _ in range(rounds) for t in ts]

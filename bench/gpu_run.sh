@@ -6,6 +6,7 @@
 # A step NAME:SECONDS runs bench/eval_speed.py NAME with that time limit. Carry .cache/baselines and
 # .cache/copy_bandwidth.json (from a previous $OUT/baselines.tgz) to skip recomputing the baselines.
 export PYTHONPATH=$PWD DRK_CACHE_DIR=$PWD/.cache
+export DRK_REUSE_LOG=${DRK_REUSE_LOG:-$OUT/reuse.jsonl}  # why each warm worker retired (comes back with $OUT)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > $OUT/smi.txt
 for step in "$@"; do
   start=$(date +%s)
