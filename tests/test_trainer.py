@@ -149,6 +149,7 @@ def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, re
     row = rows[0]
     assert row["reward_mean/turn_1"] == 0.25 and row["reward_mean/turn_2"] == 0.0  # one correct reply of two
     assert row["correct/turn_1"] == 0.5 and row["mrs/rejected_frac"] == 0.0 and row["advantage_abs_mean"] > 0
+    assert row["zero_advantage_frac"] == 0.5  # turn 2: both replies earned 0, so neither trains
     assert row["trained_sequences"] == 2 and row["optimizer_steps"] == 1 and row["grad_norm"] > 0
     # how the 4 replies ended: the forced kernel is correct, the tiny model's 8 tokens hold no code
     assert row["outcome/correct"] == 0.25 and row["outcome/no_code"] == 0.75

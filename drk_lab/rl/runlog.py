@@ -92,7 +92,8 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     denominators summed before dividing); the MRS weight statistics and the times are this process's.
 
     Keys: step, lr; reward_mean, reward_mean/turn_t, fast@1/turn_t, fast@1.2/turn_t, correct/turn_t, fast@1/best (any turn
-    fast); valid_turn_frac, advantage_abs_mean, cut_off_frac (sampled replies that hit max_new_tokens);
+    fast); valid_turn_frac, advantage_abs_mean, zero_advantage_frac (valid turns with no advantage: their
+    group earned one return), cut_off_frac (sampled replies that hit max_new_tokens);
     outcome/<kind> (the share of the step's replies that ended correct or in that error kind, OUTCOMES);
     mrs/rejected_frac (trajectories MRS rejects, logged even with MRS off), prs/rejected_frac (of all
     turns), prs/rejected_frac_of_judged; entropy, clip_low,
@@ -121,6 +122,8 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     pairs["reward_mean"] = (float(batch.rewards[batch.exists].sum()), exists)
     pairs["valid_turn_frac"] = (float(valid.sum()), exists)
     pairs["advantage_abs_mean"] = (float(adv[valid].abs().sum()), float(valid.sum()))
+    # turns whose group all earned the same return: they train nothing, however large the batch looks
+    pairs["zero_advantage_frac"] = (float((adv[valid].abs() < 1e-8).sum()), float(valid.sum()))
     # replies that hit max_new_tokens: when most are cut off, rewards are sparse whatever the model knows
     pairs["cut_off_frac"] = (float(stats["cut_off_replies"]), float(stats["sampled_replies"]))
     # how the step's replies ended: a rising syntax share is a policy coming apart before its reward shows it
