@@ -1,5 +1,6 @@
 """A real browser: JupyterLab on 127.0.0.1, headless Chromium driven by Playwright, the LayerNorm case
-notebook run top to bottom, the turn inspector played to its last turn, a screenshot in figures/."""
+notebook run top to bottom, the turn inspector played to its last turn, a screenshot taken. The test
+writes nothing into the repository: the notebook's figure and the screenshot go to the test's folder."""
 
 import os
 import shutil
@@ -40,6 +41,10 @@ def accept_dialogs(page, seen: list[str]) -> int:
 def jupyterlab(tmp_path):
     """JupyterLab serving a copy of notebooks/, so that autosave never touches the committed files."""
     shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
+    copy = tmp_path / "notebooks" / NOTEBOOK  # its figure to this folder, not the committed figures/
+    copy.write_text(copy.read_text().replace('figure_name = \\"layernorm_case\\"',
+                                             f'figure_name = \\"{tmp_path / "layernorm_case"}\\"', 1))
+    assert str(tmp_path / "layernorm_case") in copy.read_text()
     port, token = free_port(), "drk-test-token"
     # start the notebook's kernel without asking: a cold kernel start otherwise brings up a "Select Kernel"
     # dialog, and a run-all clicked meanwhile is lost
@@ -125,7 +130,7 @@ def test_the_case_notebook_runs_and_the_inspector_plays_to_turn_3(jupyterlab):
         no_news = page.get_by_role("button", name="No")  # JupyterLab's "get notified about news?" toast
         if no_news.count():
             no_news.first.click()
-        (REPO / "figures").mkdir(exist_ok=True)
-        page.screenshot(path=str(REPO / "figures" / "layernorm_inspector.png"))
+        page.screenshot(path=str(folder / "layernorm_inspector.png"))
         browser.close()
-    assert (REPO / "figures" / "layernorm_inspector.png").stat().st_size > 10_000
+    assert (folder / "layernorm_inspector.png").stat().st_size > 10_000
+    assert (folder / "layernorm_case.html").exists()  # the notebook's figure, where the parameter sent it
