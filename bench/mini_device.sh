@@ -51,7 +51,7 @@ phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left o
 pack() {
   tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null
   if [ -d .cache/baselines ]; then
-    tar czf "$OUT/baselines.tgz" -C .cache baselines $(cd .cache && ls copy_bandwidth.json 2>/dev/null)
+    tar czf "$OUT/baselines.tgz" -C .cache baselines $([ -f .cache/copy_bandwidth.json ] && echo copy_bandwidth.json)
   fi
 }
 

@@ -120,10 +120,11 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
         pairs[f"correct/turn_{t + 1}"] = (float(batch.correct[:, t].sum()), b)
     pairs["fast@1/best"] = (sum(any(is_fast(x.result, 1.0) for x in traj.turns) for traj in rollout.trajectories), b)
     pairs["reward_mean"] = (float(batch.rewards[batch.exists].sum()), exists)
-    pairs["valid_turn_frac"] = (float(valid.sum()), exists)
-    pairs["advantage_abs_mean"] = (float(adv[valid].abs().sum()), float(valid.sum()))
+    valid_adv, n_valid = adv[valid].abs(), float(valid.sum())
+    pairs["valid_turn_frac"] = (n_valid, exists)
+    pairs["advantage_abs_mean"] = (float(valid_adv.sum()), n_valid)
     # turns whose group all earned the same return: they train nothing, however large the batch looks
-    pairs["zero_advantage_frac"] = (float((adv[valid].abs() < 1e-8).sum()), float(valid.sum()))
+    pairs["zero_advantage_frac"] = (float((valid_adv < 1e-8).sum()), n_valid)
     # replies that hit max_new_tokens: when most are cut off, rewards are sparse whatever the model knows
     pairs["cut_off_frac"] = (float(stats["cut_off_replies"]), float(stats["sampled_replies"]))
     # how the step's replies ended: a rising syntax share is a policy coming apart before its reward shows it
