@@ -85,10 +85,12 @@ class MiniSettings:
     # at 5e-5, with 2-9% of rollouts correct, 4 steps doubled the entropy and turned 40-45% of the held-out
     # replies into syntax errors (Adam moves every weight by about the lr, however noisy the gradient); at
     # 1e-5, with a third correct, 4 steps moved the policy by a KL of about 1e-6 per token: no change at all;
-    # at 1e-4 with 4 updates a step, 4 steps on 16 fixed prompts lowered their reward and held-out 31 -> 14
-    rl_lr: float = 3e-5
+    # at 1e-4 with 4 updates a step, 4 steps on 16 fixed prompts lowered their reward and held-out 31 -> 14;
+    # at 2e-5 with 8 smaller updates a step (a KL of 3e-5 to 3e-4 per token per step) the reward on 16
+    # fixed prompts rose 0.39 -> 0.73 in 7 steps (ninth run)
+    rl_lr: float = 2e-5
     micro_batch_size: int = 16
-    mini_batches: int = 2
+    mini_batches: int = 8
     advantage: str = "trloo"  # or "grpo" (the ablation)
     prs: bool = True
     mrs: bool = True
