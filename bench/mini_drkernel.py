@@ -26,8 +26,8 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              (token-exact, max |diff|), and one decoding step's milliseconds at 64-256 rows over caches of
              1,024 and 6,144 positions, profiled at RL's shape -> genbench.json
   rl         RLTrainer on the train split: steps of 16 prompts x 8 samples x 2 turns, 1,792 new tokens,
-             lr 3e-5, TRLOO, MRS and PRS on, float32, the static-cache sampler with CUDA graphs, prompts
-             from the whole split (rl_prompts=N: its first N, the same every step), until the
+             lr 2e-5 in 8 updates a step, TRLOO, MRS and PRS on, float32, the static-cache sampler with
+             CUDA graphs, prompts from the whole split (rl_prompts=N: its first N, the same every step), until the
              steps have taken rl_budget_s (300 s, across calls); checkpoints every step in rl_<tag>/ckpt,
              stops before a step that would pass this call's rl_time_limit_s (the next call resumes)
              -> rl_<tag>/model, scored teacher-forced as after pretrain and sft (reads_the_task)
