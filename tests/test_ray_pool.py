@@ -70,13 +70,16 @@ def test_evaluate_many_on_ray_matches_the_local_evaluator(pool, tasks, relu_smal
     assert one.correct and one.seeds == local[0].seeds
 
 
-def busy_actor(pool, deadline_s=60.0) -> int:
+def busy_actor(pool, deadline_s=60.0) -> tuple[int, int]:
+    """The index of an actor running an evaluation, and its pid (asked now: a restarted actor has a new one).
+    Only that actor is asked: asking one that is still restarting would wait while the evaluation finishes."""
+    import ray
+
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         busy = [i for i, w in enumerate(pool.workers()) if w["busy"]]
         if busy:
-            pool.refresh_infos()  # a restarted actor has a new pid
-            return busy[0]
+            return busy[0], ray.get(pool.actors[busy[0]].info.remote(), timeout=30)["pid"]
         time.sleep(0.05)
     raise AssertionError("no actor took the evaluation")
 
@@ -87,9 +90,9 @@ def test_a_killed_actor_is_retried_once_elsewhere_and_stored_once(pool, relu_sma
                "options": {"seed": 9, "hack_checks": False}}
     first = runner.submit(request)
     second = runner.submit(request)  # the same key while the first is in flight: one evaluation for both
-    victim = busy_actor(pool)
+    victim, pid = busy_actor(pool)
     time.sleep(1.0)  # inside the candidate's 3 s constructor
-    os.kill(pool.infos[victim]["pid"], signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     runner.wait(first.key, timeout=180)
     jobs = [runner.status(first.job_id), runner.status(second.job_id)]
     assert [j["state"] for j in jobs] == ["done", "done"], jobs
@@ -108,10 +111,9 @@ def test_two_deaths_end_as_a_worker_crash(pool, relu_small):
                                                                             hack_checks=False)))
     thread.start()
     for _ in range(2):
-        victim = busy_actor(pool, deadline_s=120)
+        victim, pid = busy_actor(pool, deadline_s=120)
         time.sleep(0.5)
-        os.kill(pool.infos[victim]["pid"], signal.SIGKILL)
-        pool.refresh_infos()
+        os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while pool.workers()[victim]["busy"] and time.monotonic() < deadline:
             time.sleep(0.05)

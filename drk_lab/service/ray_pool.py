@@ -194,16 +194,6 @@ class RayPool:
         return map_in_threads(lambda pair: self.evaluate(pair[0], pair[1], **options), pairs,
                               max(1, min(len(pairs), self.capacity)), "evaluate (ray)" if progress else None, "eval")
 
-    def refresh_infos(self) -> None:
-        """Ask each actor again who it is (a restarted actor has a new pid)."""
-        import ray
-
-        for index, actor in enumerate(self.actors):
-            try:
-                self.infos[index] = ray.get(actor.info.remote(), timeout=5)
-            except Exception:  # restarting, or gone: keep what we knew
-                pass
-
     def workers(self) -> list[dict]:
         with self.lock:
             return [{**info, "busy": self.busy[i], "slots": self.slots, "deaths": self.deaths[i],
