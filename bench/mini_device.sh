@@ -12,9 +12,10 @@
 # resumes next call, and is finished once its steps have used rl_budget_s, so the evaluation after it can
 # follow in the same call. The machine goes back 30 s after a call ends: make the calls back to back.
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), and the baselines measured so far as
-# $OUT/baselines.tgz: unpacked into .cache/ here and carried by a later session's first call (carry
-# .cache/baselines and .cache/copy_bandwidth.json beside .whl), they spare the first evaluation measuring
-# the eager baselines of the tasks again (about 95 of its 220 s on the H200).
+# $OUT/baselines.tgz: unpacked into .cache/ here and carried (.cache/baselines and .cache/copy_bandwidth.json
+# beside .whl), they spare the evaluations measuring the eager baselines of their tasks again (about 85 s of
+# each evaluation's 150-220 s on the H200). The run's cache is runs/cache, filled from the carried .cache
+# on every call: a carried path replaces the machine's copy, which would lose what earlier calls measured.
 set -u
 budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}
 shift
@@ -25,8 +26,10 @@ filling=
 cd "$(dirname "$0")/.."
 run=runs/mini
 results=/tmp/mini_results
-mkdir -p "$results" "$run"
-export PYTHONPATH=/tmp/site:$PWD DRK_CACHE_DIR=$PWD/.cache
+mkdir -p "$results" "$run" runs/cache/baselines
+[ -d .cache/baselines ] && cp -n .cache/baselines/*.json runs/cache/baselines/ 2>/dev/null
+[ -f .cache/copy_bandwidth.json ] && cp -n .cache/copy_bandwidth.json runs/cache/
+export PYTHONPATH=/tmp/site:$PWD DRK_CACHE_DIR=$PWD/runs/cache
 if ! python3 -c "import trl, datasets" 2>/dev/null; then  # TRL and datasets with what the GPU image lacks of their needs
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/trl-*.whl .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl || exit 1
@@ -50,9 +53,7 @@ phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left o
 }
 pack() {
   tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null
-  if [ -d .cache/baselines ]; then
-    tar czf "$OUT/baselines.tgz" -C .cache baselines $([ -f .cache/copy_bandwidth.json ] && echo copy_bandwidth.json)
-  fi
+  tar czf "$OUT/baselines.tgz" -C runs/cache baselines $([ -f runs/cache/copy_bandwidth.json ] && echo copy_bandwidth.json)
 }
 
 rl_done() { python3 -c "import json, sys; sys.exit(json.load(open('$run/rl_$1.json'))['stopped_by_time_limit'])" 2>/dev/null; }

@@ -111,6 +111,39 @@ def test_blocking_sync_sets_the_contexts_flag_and_evaluations_still_time(relu, r
     assert r.correct and not r.hacked and r.timings_valid and r.speedup and r.speedup > 0
 
 
+
+def test_an_eager_baseline_job_leaves_its_worker_in_service(tasks):
+    """Each never-seen task gets a baseline job (RL draws thousands): eager-only ones keep their worker
+    (a fresh one costs a CUDA context and a warm-up); one that ran torch.compile retires it."""
+    from drk_lab.harness import settings
+    from drk_lab.harness.caller import get_sandbox
+    from drk_lab.harness.protocol import Job
+    from drk_lab.harness.timing import FLUSH_BYTES
+
+    before = settings.current()
+    drk.configure(warm_workers=1, worker_uses=8)  # one warm pair, so that jobs meet the same workers
+    try:
+        sandbox = get_sandbox("cuda")
+
+        def baseline(name: str, compiled: bool):
+            task = tasks[name]
+            raw = sandbox.run(Job(mode="baseline", task_name=task.name, task_source=task.source, warmup=3,
+                                  timing_trials=10, flush_bytes=FLUSH_BYTES, timeout_s=900.0,
+                                  compile_baseline=compiled))
+            assert raw.baseline and raw.baseline["eager"], raw.error
+            return raw
+
+        names = ["level1/01_relu", "level1/08_softmax", "level1/10_layernorm", "level2/07_residual_add_layernorm"]
+        eager = [baseline(name, False) for name in names]
+        assert max(r.worker_job for r in eager) >= 2  # a worker served a second baseline
+        compiled = baseline("level1/01_relu", True)
+        assert compiled.baseline["compile"]
+        later = [baseline(name, False) for name in names]
+        assert compiled.worker_pid not in {r.worker_pid for r in later}
+    finally:
+        drk.configure(**vars(before))
+
+
 def load(name: str, path: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -277,3 +277,18 @@ def test_the_zygote_leaves_tritons_compiler_imported_for_its_workers():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "True"
+
+
+def test_only_a_baseline_job_that_ran_torch_compile_retires_its_worker():
+    """An eager-only baseline runs nothing but the task's reference, as every candidate job does, so the
+    world check decides; torch.compile leaves compiled graphs and caches behind, so that job always retires."""
+    from drk_lab.harness.protocol import RawResult
+    from drk_lab.harness.worker import refusal
+
+    clean = RawResult()
+    assert refusal(Job(mode="baseline", task_source="", compile_baseline=False), clean) == []
+    assert refusal(Job(mode="baseline", task_source="", compile_baseline=True), clean) == [
+        "a baseline job compiled with torch.compile, which changes too much"]
+    assert refusal(Job(mode="candidate", task_source=""), clean) == []
+    assert refusal(Job(mode="candidate", task_source=""), RawResult(error_kind="timeout")) == [
+        "the evaluation ended timeout"]

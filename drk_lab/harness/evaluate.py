@@ -86,7 +86,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
 
 def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, flush_bytes: int,
                     env: dict, compile_baseline: bool = True) -> dict:
-    """Eager and torch.compile timings of the reference, measured once in a worker that loads no
+    """Eager and torch.compile timings of the reference, measured once by a job that loads no
     candidate code, then cached on disk (key: task source, device, versions, timing settings)."""
     key = baseline_key(task.source, info.get("device_name", ""), info.get("versions", {}), warmup, trials,
                        flush_bytes, compile_baseline)

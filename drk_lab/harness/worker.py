@@ -108,8 +108,11 @@ def check_self(job: Job, result: RawResult, world: WorldState, lock: GpuLock | N
 
 
 def refusal(job: Job, result: RawResult) -> list[str]:
-    if job.mode != "candidate":
-        return ["a baseline job compiles with torch.compile, which changes too much"]
+    """Why this worker may not serve again whatever the world check says ([] if nothing)."""
+    if job.mode == "baseline" and job.compile_baseline:
+        return ["a baseline job compiled with torch.compile, which changes too much"]
+    # an eager-only baseline ran the task's own reference, as every candidate job does: the world check
+    # decides, as after a candidate (retiring it cost a fresh worker, CUDA context and all, per new task)
     if result.hacked or result.error_kind not in REUSABLE_OUTCOMES:
         return [f"the evaluation ended {result.error_kind or 'hacked'}"]
     return []
