@@ -32,8 +32,9 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              stops before a step that would pass this call's rl_time_limit_s (the next call resumes)
              -> rl_<tag>/model, scored teacher-forced as after pretrain and sft (reads_the_task)
   eval       --checkpoint sft | rl_<tag>: 64 held-out tasks (operator combinations never seen in RL), 32 seen
-             train-split tasks and the built-in levels 1-2 in one batch, 2 turns; STTS (3 user turns, keep
-             2, 2 iterations = 4 turns) on 16 held-out tasks; temperature 0.7; speedups over eager
+             train-split tasks and the built-in levels 1-2 in one batch, 2 turns, eval_samples episodes a task
+             (1); STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 16 held-out tasks, one episode each;
+             temperature 0.7, the same sampling seed for every checkpoint; speedups over eager
              PyTorch (no torch.compile baselines) -> eval_<checkpoint>.json (+ trajectories)
 
 On the H200, bench/mini_device.sh runs these phases in device calls of at most 10 minutes, each resuming
@@ -375,14 +376,15 @@ def phase_eval(args, settings, out: Path) -> dict:
     label = Path(name).name
     report = {"checkpoint": str(path)}
     # held-out, seen and built-in tasks share one batch: decoding a model this small costs per step, not per row
-    batches = [(episode_schedule(settings.eval_turns), {"heldout": heldout, "seen": seen, "builtin": builtin}),
-               (stts_schedule(*settings.stts), {"heldout_stts": heldout[: settings.stts_tasks]})]
-    for schedule, parts in batches:
+    batches = [(episode_schedule(settings.eval_turns), settings.eval_samples,
+                {"heldout": heldout, "seen": seen, "builtin": builtin}),
+               (stts_schedule(*settings.stts), 1, {"heldout_stts": heldout[: settings.stts_tasks]})]
+    for schedule, samples, parts in batches:
         tasks = [t for part_tasks in parts.values() for t in part_tasks]
         if not tasks:
             continue
         started = time.perf_counter()
-        trajectories = run_many(tasks, policy, schedule, **common)
+        trajectories = run_many(tasks, policy, schedule, samples=samples, **common)
         report.setdefault("seconds_by_batch", {})["+".join(parts)] = time.perf_counter() - started
         for part, part_tasks in parts.items():
             names = {t.name for t in part_tasks}

@@ -106,6 +106,9 @@ class MiniSettings:
     eval_builtin_max: int | None = None  # at most this many built-in tasks (None: all of those levels)
     eval_turns: int = 2
     eval_temperature: float = 0.7
+    # episodes per task (not STTS), each a draw of its own: with one, two checkpoints' correct counts on 64
+    # tasks differ by chance by several tasks; more narrow that at the cost of rows and evaluations
+    eval_samples: int = 1
     stts_tasks: int = 16
     stts: tuple[int, int, int] = (3, 2, 2)  # max_user_turns, remain_turns, iterations: 4 turns
     correctness_trials: int = 2
@@ -124,8 +127,8 @@ class MiniSettings:
                      pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, eval_heldout=2, eval_seen=1,
-                     eval_builtin_levels=(1,), eval_builtin_max=2, stts_tasks=1, stts=(2, 1, 2), genbench_rows=8,
-                     genbench_tokens=16)
+                     eval_builtin_levels=(1,), eval_builtin_max=2, eval_samples=2, stts_tasks=1, stts=(2, 1, 2),
+                     genbench_rows=8, genbench_tokens=16)
         return replace(cls(**small), **changes)
 
     def to_dict(self) -> dict:

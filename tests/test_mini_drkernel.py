@@ -83,7 +83,8 @@ def test_every_phase_writes_its_results(smoke):
         report = read(run_dir / f"eval_{name}.json")
         for part, turns in (("heldout", 2), ("seen", 2), ("builtin", 2), ("heldout_stts", 3)):
             summary = report[part]
-            assert summary["episodes"] == summary["tasks"] > 0
+            # two episodes per task in the smoke (eval_samples=2), STTS one
+            assert summary["episodes"] == summary["tasks"] * (1 if part == "heldout_stts" else 2) > 0
             assert [r["turn"] for r in summary["per_turn"]] == list(range(1, turns + 1))
             for key in ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations"):
                 assert key in summary
