@@ -141,10 +141,14 @@ def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin"
 
 
 def timing_rows(run: dict) -> list[dict]:
-    """Seconds per phase as the run measured them."""
+    """Seconds per phase as the run measured them; an evaluation's batches also split into generating and
+    evaluating (runs recorded before that split have none)."""
     rows = [{"phase": name, "seconds": report.get("seconds")} for name, report in run["phases"].items()
             if isinstance(report, dict) and "seconds" in report]
-    rows += [{"phase": f"eval {name}", "seconds": report.get("seconds")} for name, report in run["evals"].items()]
+    for name, report in run["evals"].items():
+        rows.append({"phase": f"eval {name}", "seconds": report.get("seconds")})
+        rows += [{"phase": f"eval {name}: {batch}, {part}", "seconds": seconds}
+                 for batch, split in report.get("seconds_split", {}).items() for part, seconds in split.items()]
     return rows
 
 

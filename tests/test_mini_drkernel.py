@@ -81,6 +81,9 @@ def test_every_phase_writes_its_results(smoke):
     assert row["cut_off_frac"] > 0.5  # a barely trained model rarely stops within 24 tokens
     for name in ("sft", "rl_trloo"):
         report = read(run_dir / f"eval_{name}.json")
+        for batch, split in report["seconds_split"].items():  # where each batch's time went
+            assert split["generation"] > 0 and split["evaluation"] > 0
+            assert split["generation"] + split["evaluation"] <= report["seconds_by_batch"][batch]
         for part, turns in (("heldout", 2), ("seen", 2), ("builtin", 2), ("heldout_stts", 3)):
             summary = report[part]
             # two episodes per task in the smoke (eval_samples=2), STTS one
@@ -106,7 +109,7 @@ def test_every_phase_writes_its_results(smoke):
 def test_the_notebooks_tables_read_the_exported_run(smoke):
     """notebook 06's helpers on the --export copy: SFT first in the headline, the teacher-forced scores in
     the order the model was trained (pretraining, SFT, then the RL run), every evaluation's outcomes."""
-    from drk_lab.mini_report import chain_step_rows, headline_rows, outcome_rows, read_run, reading_rows
+    from drk_lab.mini_report import chain_step_rows, headline_rows, outcome_rows, read_run, reading_rows, timing_rows
 
     result = read_run(smoke / "export")
     assert [row["checkpoint"] for row in headline_rows(result)] == ["sft", "rl_trloo"]
@@ -117,6 +120,9 @@ def test_the_notebooks_tables_read_the_exported_run(smoke):
     assert [row["checkpoint"] for row in outcomes] == ["sft", "rl_trloo"]
     for row in outcomes:
         assert sum(v for k, v in row.items() if k != "checkpoint") == result["evals"][row["checkpoint"]]["heldout"]["replies"]
+    phases = [row["phase"] for row in timing_rows(result)]
+    assert "eval sft" in phases and "eval sft: heldout+seen+builtin, generation" in phases
+    assert "eval rl_trloo: heldout_stts, evaluation" in phases
 
 
 def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
