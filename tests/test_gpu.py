@@ -111,7 +111,6 @@ def test_blocking_sync_sets_the_contexts_flag_and_evaluations_still_time(relu, r
     assert r.correct and not r.hacked and r.timings_valid and r.speedup and r.speedup > 0
 
 
-
 def test_an_eager_baseline_job_leaves_its_worker_in_service(tasks):
     """Each never-seen task gets a baseline job (RL draws thousands): eager-only ones keep their worker
     (a fresh one costs a CUDA context and a warm-up); one that ran torch.compile retires it."""
