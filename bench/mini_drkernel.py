@@ -20,7 +20,7 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              teacher's chain lines): 1,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
              autocast -> pretrain/ (optional, --set pretrain_steps=0)
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
-             bug's reply is context, not a target), batch 8, lr 3e-4 -> sft/
+             bug's reply is context, not a target), batch 8, lr 3e-4, no activation checkpointing -> sft/
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens; on a GPU also with CUDA
              graphs) against the plain decode loop, and sampler vs trainer log-probs on sampled replies
              (token-exact, max |diff|), and one decoding step's milliseconds at 64-256 rows over caches of
@@ -229,10 +229,12 @@ def phase_sft(args, settings, out: Path) -> dict:
     from drk_lab.rl.sft import run_sft
 
     start = start_model(args, out)
+    # TRL checkpoints activations by default (each layer's forward again in the backward pass); a model of
+    # tens of millions of parameters has memory to spare for them
     run = run_sft(str(start), sft_dataset(args), out / "sft", lr=settings.sft_lr, epochs=settings.sft_epochs,
                   batch_size=settings.sft_batch, max_length=settings.sft_max_length, seed=settings.seed,
                   max_steps=settings.sft_max_steps, bf16=torch.cuda.is_available(), lr_scheduler_type="cosine",
-                  disable_tqdm=False)
+                  gradient_checkpointing=False, disable_tqdm=False)
     losses = [r["loss"] for r in run.trainer.state.log_history if "loss" in r]
     return {"start": str(start), "metrics": run.metrics, "loss": losses,
             "reads_the_task": reads_the_task(args, settings, out / "sft")}
