@@ -356,7 +356,7 @@ def phase_eval(args, settings, out: Path) -> dict:
 
     import drk_lab as drk
     from drk_lab.agent.context import episode_schedule, stts_schedule
-    from drk_lab.agent.episodes import ChatTurns, new_episode, run_episodes
+    from drk_lab.agent.episodes import run_many
     from drk_lab.agent.trajectory import read_jsonl, write_jsonl
     from drk_lab.mini_report import paired_comparison, summarize_evaluation
     from drk_lab.rl.sampler import StaticCachePolicy
@@ -373,6 +373,8 @@ def phase_eval(args, settings, out: Path) -> dict:
     builtin = builtin[: settings.eval_builtin_max] if settings.eval_builtin_max else builtin
     builtin = [t.small() for t in builtin] if device_name() == "cpu" else builtin
     sampling = {"temperature": settings.eval_temperature, "max_new_tokens": settings.max_new_tokens, "seed": settings.seed}
+    common = dict(sampling=sampling, tokenizer=policy.tokenizer, feedback_tokens=settings.feedback_tokens,
+                  **eval_kwargs(settings))
     label = Path(name).name
     report = {"checkpoint": str(path)}
     # held-out, seen and built-in tasks share one batch: decoding a model this small costs per step, not per row
@@ -383,16 +385,12 @@ def phase_eval(args, settings, out: Path) -> dict:
         tasks = [t for part_tasks in parts.values() for t in part_tasks]
         if not tasks:
             continue
-        started = time.perf_counter()
-        # run_many's steps, for the time split it drops: generating, and evaluating (baselines included)
-        episodes = [new_episode(task, schedule, s, tokenizer=policy.tokenizer, feedback_tokens=settings.feedback_tokens,
-                                **eval_kwargs(settings)) for task in tasks for s in range(samples)]
-        split = run_episodes(episodes, ChatTurns(policy, samples, sampling), schedule, tokenizer=policy.tokenizer)
-        trajectories = [e.trajectory for e in episodes]
+        started, split = time.perf_counter(), {}
+        trajectories = run_many(tasks, policy, schedule, samples=samples, timings=split, **common)
         batch = "+".join(parts)
         report.setdefault("seconds_by_batch", {})[batch] = time.perf_counter() - started
         report.setdefault("seconds_split", {})[batch] = {"generation": split["generation_s"],
-                                                         "evaluation": split["evaluation_s"]}
+                                                         "evaluation": split["evaluation_s"]}  # baselines included
         for part, part_tasks in parts.items():
             names = {t.name for t in part_tasks}
             mine = [t for t in trajectories if t.task in names]

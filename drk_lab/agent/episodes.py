@@ -128,17 +128,20 @@ def run_many(tasks: list[Task], policy, schedule: ContextSchedule | None = None,
              reward_fn="drkernel", tokenizer=None, feedback_tokens: int = 2048,
              target_speedup: float | None = None, system_prompt: str | None = None,
              sampling: dict | None = None, max_workers: int | None = None, progress: bool = True,
-             jsonl_path: str | Path | None = None, **eval_kwargs) -> list[Trajectory]:
+             jsonl_path: str | Path | None = None, timings: dict | None = None, **eval_kwargs) -> list[Trajectory]:
     """Run `samples` episodes per task under `schedule` (default: 3 turns, full context) with any chat
     policy. Returns the trajectories in task order, samples of a task together. `sampling` goes to
-    policy.generate (temperature, max_tokens, ...), `eval_kwargs` to drk_lab.evaluate."""
+    policy.generate (temperature, max_tokens, ...), `eval_kwargs` to drk_lab.evaluate. A `timings` dict
+    receives run_episodes' seconds spent generating and evaluating."""
     schedule = schedule or episode_schedule()
     episodes = [new_episode(task, schedule, s, reward_fn=reward_fn, tokenizer=tokenizer,
                             feedback_tokens=feedback_tokens, target_speedup=target_speedup,
                             system_prompt=system_prompt, **eval_kwargs)
                 for task in tasks for s in range(samples)]
-    run_episodes(episodes, ChatTurns(policy, samples, sampling, jsonl_path), schedule, tokenizer=tokenizer,
-                 max_workers=max_workers, progress=progress)
+    stats = run_episodes(episodes, ChatTurns(policy, samples, sampling, jsonl_path), schedule, tokenizer=tokenizer,
+                         max_workers=max_workers, progress=progress)
+    if timings is not None:
+        timings.update(stats)
     return [e.trajectory for e in episodes]
 
 
