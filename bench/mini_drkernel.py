@@ -466,6 +466,9 @@ def main(argv=None) -> int:
                 print(f"== {phase}{' ' + target if target else ''}", flush=True)
                 result = RUNNERS[phase](args, settings, out)
                 result["seconds"] = time.perf_counter() - started
+                if phase == "rl" and result["resumed"]:  # a resumed RL phase also took its earlier calls' time
+                    earlier = out / f"rl_{args.tag}.json"
+                    result["seconds"] += json.loads(earlier.read_text())["seconds"] if earlier.exists() else 0.0
                 result["set"] = args.set  # this call's --set NAME=VALUE, beside the run's settings.json
                 write_json(out / (f"eval_{Path(target).name}.json" if target else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json"), result)
                 print(f"   {phase} done in {result['seconds']:.1f} s", flush=True)

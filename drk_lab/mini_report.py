@@ -6,6 +6,7 @@ chain_step_rows, timing_rows)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 
@@ -122,11 +123,21 @@ def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> li
             for name in names if part in run["evals"][name]]
 
 
+def sign_test_p(only_after: int, only_before: int) -> float:
+    """Two-sided exact sign test on the episodes solved by only one of two checkpoints: the chance of a
+    split at least this uneven if either checkpoint were as likely to be the one that solved each (the
+    episodes solved by both or neither say nothing about which is better). Episodes are taken as
+    independent; with several samples of one task they are not quite, so p comes out a little small."""
+    n, k = only_after + only_before, max(only_after, only_before)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n) if n else 1.0
+
+
 def paired_rows(run: dict, part: str = "heldout") -> list[dict]:
-    """Each RL checkpoint against the one after SFT, episode by episode on `part` (paired_comparison);
-    evaluations made before these counts have none."""
-    return [{"checkpoint": name, **report[part]["paired_with_sft"]} for name, report in sorted(run["evals"].items())
+    """Each RL checkpoint against the one after SFT, episode by episode on `part` (paired_comparison),
+    with the sign test's p; evaluations made before these counts have none."""
+    rows = [{"checkpoint": name, **report[part]["paired_with_sft"]} for name, report in sorted(run["evals"].items())
             if "paired_with_sft" in report.get(part, {})]
+    return [{**row, "sign_test_p": sign_test_p(row["solved_only_after"], row["solved_only_before"])} for row in rows]
 
 
 def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin")) -> list[dict]:
@@ -141,10 +152,16 @@ def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin"
 
 
 def timing_rows(run: dict) -> list[dict]:
-    """Seconds per phase as the run measured them; an evaluation's batches also split into generating and
-    evaluating (runs recorded before that split have none)."""
-    rows = [{"phase": name, "seconds": report.get("seconds")} for name, report in run["phases"].items()
-            if isinstance(report, dict) and "seconds" in report]
+    """Seconds per phase as the run measured them; an RL phase also gets a "steps" row, its steps' seconds
+    over every call that trained them (in runs up to the tenth on the H200, a resumed phase's own seconds
+    are only its last call's). An evaluation's batches split into generating and evaluating (runs
+    recorded before that split have none)."""
+    rows = []
+    for name, report in run["phases"].items():
+        if isinstance(report, dict) and "seconds" in report:
+            rows.append({"phase": name, "seconds": report["seconds"]})
+            if "rl_seconds" in report:  # the RL steps alone, across the calls that trained them
+                rows.append({"phase": f"{name}: steps", "seconds": report["rl_seconds"]})
     for name, report in run["evals"].items():
         rows.append({"phase": f"eval {name}", "seconds": report.get("seconds")})
         rows += [{"phase": f"eval {name}: {batch}, {part}", "seconds": seconds}

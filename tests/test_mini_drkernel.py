@@ -122,7 +122,7 @@ def test_the_notebooks_tables_read_the_exported_run(smoke):
         assert sum(v for k, v in row.items() if k != "checkpoint") == result["evals"][row["checkpoint"]]["heldout"]["replies"]
     phases = [row["phase"] for row in timing_rows(result)]
     assert "eval sft" in phases and "eval sft: heldout+seen+builtin, generation" in phases
-    assert "eval rl_trloo: heldout_stts, evaluation" in phases
+    assert "eval rl_trloo: heldout_stts, evaluation" in phases and "rl_trloo: steps" in phases
 
 
 def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
@@ -178,6 +178,14 @@ def test_the_paired_comparison_matches_episodes_by_task_and_sample():
         "same_first_reply": 3, "same_second_reply": 3}
 
 
+def test_the_sign_test_weighs_only_the_episodes_that_changed():
+    from drk_lab.mini_report import sign_test_p
+
+    assert sign_test_p(8, 4) == pytest.approx(794 / 2048)  # 2 x P(X >= 8), X ~ Binomial(12, 1/2)
+    assert sign_test_p(4, 8) == sign_test_p(8, 4) and sign_test_p(6, 6) == 1.0 and sign_test_p(0, 0) == 1.0
+    assert sign_test_p(10, 0) == pytest.approx(2 / 1024)
+
+
 def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():
     """A drill is the task's forward lines as the prompt writes them, then the kernel's chain as the teacher
     writes it: the same operators in the same order, which chain_written reads back."""
@@ -221,9 +229,11 @@ def test_export_copies_only_the_small_files(smoke):
 
 def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_their_own_folders(smoke):
     run_dir = smoke / "run"
+    first = read(run_dir / "rl_trloo.json")
     run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=2")
     rl = read(run_dir / "rl_trloo.json")
     assert rl["steps_done"] == 2 and rl["resumed"]
+    assert rl["seconds"] > first["seconds"] and rl["rl_seconds"] > first["rl_seconds"]  # both calls' time
     # the call's own --set is in the phase's JSON; settings.json keeps the run's first settings
     assert rl["set"] == ["rl_steps=2"] and read(run_dir / "settings.json")["settings"]["rl_steps"] == 1
     steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]

@@ -105,12 +105,13 @@ def test_mini_drkernel(tmp_path):
     assert "chain_right" in text and "chain_kept" in text and "hacks_per_100_evaluations" in text
     assert "exact_share" in text and "token_accuracy" in text  # reads_the_task after pretraining and SFT
     assert "no_code" in text and "mismatch" in text  # how the replies ended
-    assert "solved_only_after" in text and "same_first_reply" in text  # RL against SFT, episode by episode
+    assert "solved_only_after" in text and "same_first_reply" in text and "sign_test_p" in text  # RL vs SFT
     assert "static cache" in text and "decode loop" in text  # the generation bench
+    assert "aten::bmm" in text  # one-token attention as batched products, among a step's top operators
+    assert "rl_trloo_seed1" in text and "rl_trloo: steps" in text  # a second seed; RL steps across calls
+    assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
     smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
     assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
-    ninth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_lr2e5_mb8", figure_name=str(tmp_path / "ninth"))
-    assert "rl_trloo_p16_lr2e-5_mb8" in ninth and "aten::bmm" in ninth  # one-token attention as batched products
