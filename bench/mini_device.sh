@@ -28,7 +28,7 @@ run=runs/mini
 results=/tmp/mini_results
 mkdir -p "$results" "$run" runs/cache/baselines
 [ -d .cache/baselines ] && cp -n .cache/baselines/*.json runs/cache/baselines/ 2>/dev/null
-[ -f .cache/copy_bandwidth.json ] && cp -n .cache/copy_bandwidth.json runs/cache/
+[ -f .cache/copy_bandwidth.json ] && cp -n .cache/copy_bandwidth.json runs/cache/ 2>/dev/null  # -n: keep what this machine measured
 export PYTHONPATH=/tmp/site:$PWD DRK_CACHE_DIR=$PWD/runs/cache
 if ! python3 -c "import trl, datasets" 2>/dev/null; then  # TRL and datasets with what the GPU image lacks of their needs
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
