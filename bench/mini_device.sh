@@ -11,7 +11,8 @@
 # gives that time to RL steps instead; an RL phase stops before a step that would pass the call's end and
 # resumes next call, and is finished once its steps have used rl_budget_s, so the evaluation after it can
 # follow in the same call. The machine goes back 30 s after a call ends: make the calls back to back.
-# Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), and the baselines measured so far as
+# Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), the evaluations' trajectories as
+# $OUT/trajectories.tar.xz, and the baselines measured so far as
 # $OUT/baselines.tgz: unpacked into .cache/ here and carried (.cache/baselines and .cache/copy_bandwidth.json
 # beside .whl), they spare the evaluations measuring the eager baselines of their tasks again (about 85 s of
 # each evaluation's 150-220 s on the H200). The run's cache is runs/cache, filled from the carried .cache
@@ -51,8 +52,9 @@ phase() {  # phase SECONDS_IT_NEEDS ARGS...: run it if it fits in what is left o
   pack
   [ $rc -eq 0 ] || { echo "failed (exit $rc); the log is in mini.tgz"; exit $rc; }
 }
-pack() {
-  tar czf "$OUT/mini.tgz" -C "$results" . 2>/dev/null
+pack() {  # the evaluations' trajectories apart: with eval_samples=2 they pass the 16 MiB a returned file may have
+  tar czf "$OUT/mini.tgz" -C "$results" --exclude='./eval_*.jsonl' . 2>/dev/null
+  (cd "$results" && ls eval_*.jsonl >/dev/null 2>&1 && tar cf - eval_*.jsonl | xz -T0 -3 >"$OUT/trajectories.tar.xz")
   tar czf "$OUT/baselines.tgz" -C runs/cache baselines $([ -f runs/cache/copy_bandwidth.json ] && echo copy_bandwidth.json)
 }
 
