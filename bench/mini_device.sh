@@ -4,13 +4,15 @@
 # stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
 #   bash bench/mini_device.sh 585 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
 #   ABLATION=none bash bench/mini_device.sh 585 --set rl_budget_s=540   # no GRPO run: TRLOO gets its time
+#   ABLATION=shuffled bash bench/mini_device.sh 585   # the control instead of GRPO: TRLOO's advantages shuffled
 #   RL_SEEDS="1 2" bash bench/mini_device.sh 585           # then TRLOO again from the same SFT model, per seed
 #   TAG=trloo_lr1e-4 bash bench/mini_device.sh 585 --set rl_lr=1e-4   # another TRLOO arm from the same SFT model
-# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (GRPO, the ablation, on the same
-# rl_budget_s of step seconds), eval rl_grpo, genbench. A phase that does not fit in what is left of a call
-# gives that time to RL steps instead; an RL phase stops before a step that would pass the call's end and
-# resumes next call, and is finished once its steps have used rl_budget_s, so the evaluation after it can
-# follow in the same call. The machine goes back 30 s after a call ends: make the calls back to back.
+# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
+# says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
+# not fit in what is left of a call gives that time to RL steps instead; an RL phase stops before a step
+# that would pass the call's end and resumes next call, and is finished once its steps have used
+# rl_budget_s, so the evaluation after it can follow in the same call. The machine goes back 30 s after a
+# call ends: make the calls back to back (a call on a fresh machine starts the run over).
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), the evaluations' trajectories as
 # $OUT/trajectories.tar.xz, and the baselines measured so far as
 # $OUT/baselines.tgz: unpacked into .cache/ here and carried (.cache/baselines and .cache/copy_bandwidth.json
@@ -83,9 +85,9 @@ fill() {  # a phase that does not fit: spend what is left on RL steps instead of
 rl_done $tag || rl trloo $tag "$@"
 [ -f $run/eval_rl_$tag.json ] || phase 200 --phase eval --checkpoint rl_$tag "$@"
 if [ "$ablation" != none ]; then
-  rl_done grpo || rl grpo grpo "$@"
+  rl_done $ablation || rl $ablation $ablation "$@"
   # the ablation is compared on the held-out split only (no STTS, no built-in suite)
-  [ -f $run/eval_rl_grpo.json ] || phase 110 --phase eval --checkpoint rl_grpo --set stts_tasks=0 \
+  [ -f $run/eval_rl_$ablation.json ] || phase 110 --phase eval --checkpoint rl_$ablation --set stts_tasks=0 \
     --set "eval_builtin_levels=()" "$@"
 fi
 # further RL seeds (rl_trloo_seed<N>), evaluated as the ablation is

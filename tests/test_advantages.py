@@ -1,4 +1,4 @@
-"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md)."""
+"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md), and the shuffled control."""
 
 import math
 from types import SimpleNamespace
@@ -12,6 +12,7 @@ from drk_lab.rl.advantages import (
     grpo_multiturn_token_level,
     returns_to_go,
     rloo,
+    shuffled,
     token_turn_ids,
     trloo,
     trloo_token_level,
@@ -113,6 +114,19 @@ def test_grpo_is_trloo_times_k_minus_one_over_k_on_random_batches():
                 k[i, s] = float(((group == group[i]) & valid[:, s]).sum()) if valid[i, s] else 1.0
         torch.testing.assert_close(gr, (k - 1) / k * tr, rtol=0, atol=1e-12)
         assert (tr[~valid] == 0).all() and (gr[~valid] == 0).all()
+
+
+def test_shuffled_permutes_the_valid_advantages_and_keeps_padding_zero():
+    adv = trloo(REWARDS, GROUP, VALID)
+    seen = set()
+    for seed in range(20):
+        out = shuffled(adv, VALID, torch.Generator().manual_seed(seed))
+        assert (out[~VALID] == 0).all()
+        assert sorted(out[VALID].tolist()) == sorted(adv[VALID].tolist())  # the same values, so the same sizes
+        seen.add(tuple(out[VALID].tolist()))
+    assert len(seen) > 10  # where each value lands is chance: it varies with the seed
+    again = shuffled(adv, VALID, torch.Generator().manual_seed(3))
+    close(again, shuffled(adv, VALID, torch.Generator().manual_seed(3)).tolist())  # one seed, one placement
 
 
 def test_trloo_gamma_changes_the_baselines():

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -202,6 +203,26 @@ def test_one_optimizer_step_moves_each_turn_the_way_its_advantage_points(tiny_pa
         assert change * float(adv[b, t]) > 0, (b, t, float(adv[b, t]), change)
         moved += 1
     assert moved >= 2 and (adv > 0).any() and (adv < 0).any()  # the forced good reply and a sampled bad one
+
+
+def test_the_shuffled_control_trains_on_trloo_values_placed_by_chance(tiny_path, relu_small, relu_solution,
+                                                                      tmp_path):
+    """advantage="shuffled": each step's advantages are TRLOO's values of that batch, on other turns than
+    TRLOO's (a new placement per step, repeated on resume since it follows the seed and step)."""
+    trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, samples=4, advantage="shuffled",
+                                                                 save_rollouts=False),
+                        force_responses=force_solution(relu_solution))
+    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
+    valid, _ = trainer.select(batch, trainer.recompute_logprobs(batch), 0)
+    placements = {tuple(trainer.advantages(batch, valid, step)[valid].tolist()) for step in range(8)}
+    assert trainer.advantages(batch, valid, 5).tolist() == trainer.advantages(batch, valid, 5).tolist()
+    trainer.settings = replace(trainer.settings, advantage="trloo")
+    trloo_values = trainer.advantages(batch, valid)[valid].tolist()
+    assert any(trloo_values) and all(sorted(p) == sorted(trloo_values) for p in placements)
+    assert len(placements) > 1
+    trainer.settings = replace(trainer.settings, advantage="ppo")
+    with pytest.raises(ValueError, match="'trloo', 'grpo' or 'shuffled'"):
+        trainer.advantages(batch, valid)
 
 
 def test_lora_trains_only_the_adapter(tiny_path, relu_small, relu_solution, tmp_path):

@@ -1,4 +1,4 @@
-"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO, single-turn RLOO.
+"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO, single-turn RLOO, and a shuffled control.
 
 Layout: `rewards[B, T]` holds the reward of turn t of sample i, `group[B]` the id of the prompt
 that sample i answers (ints, strings or anything hashable), `valid[B, T]` which turns count.
@@ -16,6 +16,8 @@ GRPO (multi-turn): A(i,t) = G(i,t) - mean over S_t including i = (K_t-1)/K_t * T
 A group of one at turn t (K_t = 1) has no baseline; `single` chooses: "return" gives A = G
 (TRLOO's default, §12), "zero" gives A = 0 (GRPO's default: what its formula gives).
 `std_normalize=True` divides by the (unbiased) std of G over S_t plus `eps`; off by default.
+`shuffled` permutes given advantages over the valid entries: a control run whose updates have the
+same sizes as TRLOO's but carry no information about which reply earned its reward.
 
 `trloo_token_level` / `grpo_multiturn_token_level` take the token layout that verl and SkyRL
 advantage estimators receive, so they can be registered there (see their docstrings).
@@ -141,6 +143,17 @@ def grpo_multiturn(
     return advantages_from_returns(
         g, group, valid, leave_one_out=False, single=single, std_normalize=std_normalize, eps=eps
     )
+
+
+def shuffled(advantages: Any, valid: Any, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The valid entries' advantages in a random order (invalid entries stay 0). The same values reach
+    the loss, so the update's size is TRLOO's, but each is paired with another sample's turn: what
+    training does to a model when the reward's signal is taken away."""
+    adv = _float_tensor(advantages).clone()
+    v = _bool_tensor(valid, adv.device)
+    values = adv[v]
+    adv[v] = values[torch.randperm(values.numel(), generator=generator).to(adv.device)]
+    return torch.where(v, adv, torch.zeros_like(adv))
 
 
 def rloo(
