@@ -1,7 +1,7 @@
 """Reading a mini Dr. Kernel run back: what an evaluation shows (summarize_evaluation, which
 bench/mini_drkernel.py writes into eval_<checkpoint>.json) and the tables notebook 06 draws from a run's
 folder (read_run, then headline_rows, paired_rows, per_turn_rows, outcome_rows, reading_rows,
-chain_step_rows, timing_rows)."""
+chain_step_rows, timing_rows), and paired_rows_of_runs over every recorded run."""
 
 from __future__ import annotations
 
@@ -138,6 +138,21 @@ def paired_rows(run: dict, part: str = "heldout") -> list[dict]:
     rows = [{"checkpoint": name, **report[part]["paired_with_sft"]} for name, report in sorted(run["evals"].items())
             if "paired_with_sft" in report.get(part, {})]
     return [{**row, "sign_test_p": sign_test_p(row["solved_only_after"], row["solved_only_before"])} for row in rows]
+
+
+def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*") -> list[dict]:
+    """paired_rows of every run folder in `runs_dir` matching `pattern` that has them (checkpoint named
+    run/checkpoint), then a row "all" with their sums and its sign test: whether RL's effect on `part`
+    keeps its sign from one run to the next. The checkpoints of one run share their SFT model and tasks,
+    so the pooled p is optimistic; a run's own rows say how much each contributes."""
+    rows = [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"}
+            for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir() and any(folder.glob("eval_*.json"))
+            for row in paired_rows(read_run(folder), part)]
+    if not rows:
+        return rows
+    summed = ("episodes", "solved_by_both", "solved_only_before", "solved_only_after", "solved_by_neither")
+    total = {"checkpoint": "all", **{key: sum(row[key] for row in rows) for key in summed}}
+    return rows + [{**total, "sign_test_p": sign_test_p(total["solved_only_after"], total["solved_only_before"])}]
 
 
 def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin")) -> list[dict]:

@@ -5,6 +5,7 @@ line and exit status 2."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -184,6 +185,32 @@ def test_the_sign_test_weighs_only_the_episodes_that_changed():
     assert sign_test_p(8, 4) == pytest.approx(794 / 2048)  # 2 x P(X >= 8), X ~ Binomial(12, 1/2)
     assert sign_test_p(4, 8) == sign_test_p(8, 4) and sign_test_p(6, 6) == 1.0 and sign_test_p(0, 0) == 1.0
     assert sign_test_p(10, 0) == pytest.approx(2 / 1024)
+
+
+def test_paired_counts_add_up_over_run_folders(tmp_path):
+    """Each run's RL checkpoints against its SFT model, then the sums over runs with their sign test; a
+    folder without evaluations, one not matching the pattern and an evaluation without counts add nothing."""
+    from drk_lab.mini_report import paired_rows_of_runs
+
+    def write(run, checkpoint, after, before, both=5, neither=10):
+        folder = tmp_path / run
+        folder.mkdir(exist_ok=True)
+        counts = {"episodes": after + before + both + neither, "solved_by_both": both, "solved_only_before": before,
+                  "solved_only_after": after, "solved_by_neither": neither}
+        (folder / f"eval_{checkpoint}.json").write_text(json.dumps({"heldout": {"paired_with_sft": counts}}))
+
+    write("h200_a", "rl_trloo", 1, 7)
+    write("h200_a", "rl_grpo", 2, 2)
+    write("h200_b", "rl_trloo", 0, 3)
+    write("cpu_c", "rl_trloo", 9, 0)
+    (tmp_path / "h200_a" / "eval_sft.json").write_text(json.dumps({"heldout": {"correct_rate": 0.5}}))
+    (tmp_path / "h200_empty").mkdir()
+    rows = paired_rows_of_runs(tmp_path, "heldout", pattern="h200_*")
+    assert [row["checkpoint"] for row in rows] == ["h200_a/rl_grpo", "h200_a/rl_trloo", "h200_b/rl_trloo", "all"]
+    total = rows[-1]
+    assert (total["solved_only_after"], total["solved_only_before"], total["episodes"]) == (3, 12, 3 * 15 + 15)
+    assert total["sign_test_p"] == pytest.approx(2 * sum(math.comb(15, i) for i in range(4)) / 2**15)
+    assert paired_rows_of_runs(tmp_path, "seen") == []
 
 
 def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():

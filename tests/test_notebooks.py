@@ -108,7 +108,10 @@ def test_mini_drkernel(tmp_path):
     assert "solved_only_after" in text and "same_first_reply" in text and "sign_test_p" in text  # RL vs SFT
     assert "static cache" in text and "decode loop" in text  # the generation bench
     assert "aten::bmm" in text  # one-token attention as batched products, among a step's top operators
-    assert "rl_trloo_seed2" in text and "rl_trloo: steps" in text  # three seeds; RL steps across calls
+    assert "rl_trloo: steps" in text  # RL's step seconds across calls
+    # every recorded H200 run's RL checkpoints, then their sums ("all"); the CPU smoke run is not among them
+    assert "mini_h200_pool64/rl_trloo_seed2" in text and "mini_h200_whole_split_eval2/rl_trloo" in text
+    assert "mini_cpu_smoke/" not in text and "<td>all</td>" in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
