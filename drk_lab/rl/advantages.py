@@ -156,6 +156,21 @@ def shuffled(advantages: Any, valid: Any, generator: torch.Generator | None = No
     return torch.where(v, adv, torch.zeros_like(adv))
 
 
+ADVANTAGES = ("trloo", "grpo", "shuffled")
+
+
+def batch_advantages(returns: Any, group: Any, valid: Any, method: str = "trloo", *, std_normalize: bool = False,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+    """What RLTrainer trains on, by `method`: "trloo" (a group of one keeps its return), "grpo" (a group
+    of one gets 0) or "shuffled" (TRLOO's values permuted with `generator`: the control)."""
+    if method not in ADVANTAGES:
+        raise ValueError(f"advantage must be one of {ADVANTAGES}, got {method!r}")
+    grpo = method == "grpo"
+    adv = advantages_from_returns(returns, group, valid, leave_one_out=not grpo, single="zero" if grpo else "return",
+                                  std_normalize=std_normalize)
+    return shuffled(adv, valid, generator) if method == "shuffled" else adv
+
+
 def rloo(
     rewards: Any, group: Any, *, single: str = "return", std_normalize: bool = False, eps: float = 1e-6
 ) -> torch.Tensor:

@@ -52,7 +52,7 @@ import torch
 
 from drk_lab.agent.context import episode_schedule, stts_schedule
 from drk_lab.agent.trajectory import write_jsonl
-from drk_lab.rl.advantages import advantages_from_returns, returns_to_go, shuffled
+from drk_lab.rl.advantages import batch_advantages, returns_to_go
 from drk_lab.rl.batch import SequenceBatch, build_batch
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
@@ -290,15 +290,10 @@ class RLTrainer:
         return valid, metrics
 
     def advantages(self, batch: SequenceBatch, valid: torch.Tensor, step: int = 0) -> torch.Tensor:
-        if self.settings.advantage not in ("trloo", "grpo", "shuffled"):
-            raise ValueError(f"advantage must be 'trloo', 'grpo' or 'shuffled', got {self.settings.advantage!r}")
-        returns = returns_to_go(batch.rewards, batch.exists if self.settings.returns_include_rejected else valid, self.settings.gamma)
-        grpo = self.settings.advantage == "grpo"
-        adv = advantages_from_returns(returns, batch.group, valid, leave_one_out=not grpo,
-                                      single="zero" if grpo else "return", std_normalize=self.settings.std_normalize)
-        if self.settings.advantage == "shuffled":  # the control: TRLOO's values on other samples' turns
-            adv = shuffled(adv, valid, torch.Generator().manual_seed(self._seed(step, 3)))
-        return adv
+        s = self.settings
+        returns = returns_to_go(batch.rewards, batch.exists if s.returns_include_rejected else valid, s.gamma)
+        return batch_advantages(returns, batch.group, valid, s.advantage, std_normalize=s.std_normalize,
+                                generator=torch.Generator().manual_seed(self._seed(step, 3)))
 
     def _global_sum(self, value: float) -> float:
         return float(self.accelerator.reduce(torch.tensor([float(value)], device=self.accelerator.device), "sum"))
