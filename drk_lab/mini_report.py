@@ -71,7 +71,10 @@ def paired_comparison(base, trajectories) -> dict:
     `trajectories`) with the same sampling seed: how many episodes are solved (correct in some turn) by
     both, only the base, only the other, or neither, and how many first and second replies are token for
     token the base's. With a shared seed a checkpoint that barely moved repeats the base's replies, so
-    the counts separate what a change of the model did from what another draw of samples would do."""
+    the counts separate what a change of the model did from what another draw of samples would do.
+    `tasks_better_after` / `tasks_better_before`: tasks whose episodes were solved more often after /
+    before, for a sign test over tasks (one task's samples share its near-even choices, so they tend to
+    flip together and a test over episodes overstates the evidence)."""
     from drk_lab.agent.metrics import is_correct
 
     def key(t):
@@ -86,13 +89,18 @@ def paired_comparison(base, trajectories) -> dict:
     def same_reply(a, b, turn: int) -> bool:
         return len(a.turns) > turn and len(b.turns) > turn and a.turns[turn].token_ids == b.turns[turn].token_ids
 
+    change: dict[str, int] = {}
+    for a, b in pairs:
+        change[b.task] = change.get(b.task, 0) + solved(b) - solved(a)
     return {"episodes": len(pairs),
             "solved_by_both": sum(solved(a) and solved(b) for a, b in pairs),
             "solved_only_before": sum(solved(a) and not solved(b) for a, b in pairs),
             "solved_only_after": sum(solved(b) and not solved(a) for a, b in pairs),
             "solved_by_neither": sum(not solved(a) and not solved(b) for a, b in pairs),
             "same_first_reply": sum(same_reply(a, b, 0) for a, b in pairs),
-            "same_second_reply": sum(same_reply(a, b, 1) for a, b in pairs)}
+            "same_second_reply": sum(same_reply(a, b, 1) for a, b in pairs),
+            "tasks_better_after": sum(c > 0 for c in change.values()),
+            "tasks_better_before": sum(c < 0 for c in change.values())}
 
 
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
@@ -127,17 +135,23 @@ def sign_test_p(only_after: int, only_before: int) -> float:
     """Two-sided exact sign test on the episodes solved by only one of two checkpoints: the chance of a
     split at least this uneven if either checkpoint were as likely to be the one that solved each (the
     episodes solved by both or neither say nothing about which is better). Episodes are taken as
-    independent; with several samples of one task they are not quite, so p comes out a little small."""
+    independent; the samples of one task are not, so p over episodes comes out small, and the same test
+    over tasks (`tasks_better_after` / `tasks_better_before`) is the safer one."""
     n, k = only_after + only_before, max(only_after, only_before)
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n) if n else 1.0
 
 
 def paired_rows(run: dict, part: str = "heldout") -> list[dict]:
     """Each RL checkpoint against the one after SFT, episode by episode on `part` (paired_comparison),
-    with the sign test's p; evaluations made before these counts have none."""
+    with the sign test's p over episodes and, where the task counts were recorded, over tasks;
+    evaluations made before these counts have none."""
     rows = [{"checkpoint": name, **report[part]["paired_with_sft"]} for name, report in sorted(run["evals"].items())
             if "paired_with_sft" in report.get(part, {})]
-    return [{**row, "sign_test_p": sign_test_p(row["solved_only_after"], row["solved_only_before"])} for row in rows]
+    for row in rows:
+        row["sign_test_p"] = sign_test_p(row["solved_only_after"], row["solved_only_before"])
+        if "tasks_better_after" in row:  # recorded from the twelfth H200 run on
+            row["task_sign_test_p"] = sign_test_p(row["tasks_better_after"], row["tasks_better_before"])
+    return rows
 
 
 def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*") -> list[dict]:

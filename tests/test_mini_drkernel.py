@@ -176,7 +176,16 @@ def test_the_paired_comparison_matches_episodes_by_task_and_sample():
              episode("d", 0, ([1], True), ([1], True))]
     assert paired_comparison(before, after) == {
         "episodes": 4, "solved_by_both": 1, "solved_only_before": 1, "solved_only_after": 1, "solved_by_neither": 1,
-        "same_first_reply": 3, "same_second_reply": 3}
+        "same_first_reply": 3, "same_second_reply": 3,
+        "tasks_better_after": 0, "tasks_better_before": 0}  # task a: one episode lost, one gained; b and c even
+    # a task whose two samples were both lost counts once: a test over tasks weighs it as one observation
+    lost = [episode("e", 0, ([1], True), ([2], False)), episode("e", 1, ([1], True), ([2], False)),
+            episode("f", 0, ([1], False), ([2], False))]
+    won = [episode("e", 0, ([3], False), ([2], False)), episode("e", 1, ([3], False), ([2], False)),
+           episode("f", 0, ([1], False), ([2], True))]
+    counts = paired_comparison(lost, won)
+    assert (counts["solved_only_before"], counts["solved_only_after"]) == (2, 1)
+    assert (counts["tasks_better_before"], counts["tasks_better_after"]) == (1, 1)
 
 
 def test_the_sign_test_weighs_only_the_episodes_that_changed():

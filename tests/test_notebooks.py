@@ -105,7 +105,7 @@ def test_mini_drkernel(tmp_path):
     assert "chain_right" in text and "chain_kept" in text and "hacks_per_100_evaluations" in text
     assert "exact_share" in text and "token_accuracy" in text  # reads_the_task after pretraining and SFT
     assert "no_code" in text and "mismatch" in text  # how the replies ended
-    assert "solved_only_after" in text and "same_first_reply" in text and "sign_test_p" in text  # RL vs SFT
+    assert "solved_only_after" in text and "same_first_reply" in text and "task_sign_test_p" in text  # RL vs SFT
     assert "static cache" in text and "decode loop" in text  # the generation bench
     assert "aten::bmm" in text  # one-token attention as batched products, among a step's top operators
     assert "rl_trloo: steps" in text  # RL's step seconds across calls
