@@ -160,7 +160,7 @@ def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: st
     keeps its sign from one run to the next. The checkpoints of one run share their SFT model and tasks,
     so the pooled p is optimistic; a run's own rows say how much each contributes."""
     rows = [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"}
-            for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir() and any(folder.glob("eval_*.json"))
+            for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir()
             for row in paired_rows(read_run(folder), part)]
     if not rows:
         return rows
