@@ -4,7 +4,8 @@
 # stops before a phase that would not fit. Call it again, with the same --set, until it prints "all done":
 #   bash bench/mini_device.sh 585 [--set NAME=VALUE ...]   # carry .whl (bench/device_wheels.sh) on the first call
 #   ABLATION=none bash bench/mini_device.sh 585 --set rl_budget_s=540   # no GRPO run: TRLOO gets its time
-#   ABLATION=shuffled bash bench/mini_device.sh 585   # the control instead of GRPO: TRLOO's advantages shuffled
+#   ABLATION=shuffled_in_group bash bench/mini_device.sh 585   # a control instead of GRPO: TRLOO's advantages
+#                                                             # shuffled within each group and turn
 #   RL_SEEDS="1 2" bash bench/mini_device.sh 585           # then TRLOO again from the same SFT model, per seed
 #   TAG=trloo_lr1e-4 bash bench/mini_device.sh 585 --set rl_lr=1e-4   # another TRLOO arm from the same SFT model
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION

@@ -6,7 +6,7 @@ cold-start SFT, multi-turn RL with TRLOO + MRS + PRS, evaluation on held-out tas
                                                                               # what earlier phases left in --out
     python bench/mini_drkernel.py --phase all --out /tmp/smoke --smoke        # tiny sizes on the CPU (tests)
     python bench/mini_drkernel.py --phase rl --advantage grpo --tag grpo ...  # the ablation, same budget
-    python bench/mini_drkernel.py --phase rl --advantage shuffled ...         # the control: no reward signal
+    python bench/mini_drkernel.py --phase rl --advantage shuffled_in_group ...  # a control: no reward signal
     python bench/mini_drkernel.py --phase rl --set rl_seed=1 ...              # another RL seed: rl_trloo_seed1
     python bench/mini_drkernel.py --phase rl --tag p16 --set rl_prompts=16 ...  # any other arm: rl_p16
     python bench/mini_drkernel.py --phase sft --model /path/to/hf-folder ...  # any local checkpoint instead
@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from drk_lab.mini_drkernel import MiniSettings, write_json  # noqa: E402
+from drk_lab.rl.advantages import ADVANTAGES  # noqa: E402
 
 PHASES = ("tokenizer", "pretrain", "sft", "genbench", "rl", "eval")
 
@@ -430,7 +431,7 @@ def main(argv=None) -> int:
                                                      for name in ("sft.parquet", "repairs.parquet")],
                    help="SFT sets from `drk data sft` (default: the teacher's trajectories and the repair set)")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
-    p.add_argument("--advantage", choices=("trloo", "grpo", "shuffled"), default=None, help="the RL advantage (ablation)")
+    p.add_argument("--advantage", choices=ADVANTAGES, default=None, help="the RL advantage (ablation or control)")
     p.add_argument("--prs", choices=("on", "off"), default=None, help="profiling-based rejection (ablation)")
     p.add_argument("--tag", default=None, help="RL run name: rl_<tag>/ (default: the advantage, +noprs)")
     p.add_argument("--checkpoint", default=None, help="eval: sft, rl_<tag> or a model folder (default: all there are)")

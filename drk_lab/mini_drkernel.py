@@ -91,7 +91,7 @@ class MiniSettings:
     rl_lr: float = 2e-5
     micro_batch_size: int = 16
     mini_batches: int = 8
-    advantage: str = "trloo"  # or "grpo" (the ablation), "shuffled" (the control)
+    advantage: str = "trloo"  # or "grpo" (the ablation), "shuffled", "shuffled_in_group" (controls)
     prs: bool = True
     mrs: bool = True
     rl_time_limit_s: float = 330.0  # this call's RL phase stops (and checkpoints) before a step that would pass it

@@ -19,7 +19,8 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2), specs: dict | None = None)
     tasks' `specs` ({task name: TaskSpec}), also how many replies to tasks with a pointwise chain wrote
     that chain's operators in order (`chain_right` of `chain_replies`): whether the model read them off
     the prompt, which a wrong value alone does not say; and how many replies that follow one with the
-    right chain still have it (`chain_kept` of `chain_to_keep`)."""
+    right chain still have it (`chain_kept` of `chain_to_keep`). turn_changes: what each reply after the
+    first made of the one before it."""
     from collections import Counter
 
     from drk_lab.agent.metrics import fast_p_table, outcome
@@ -44,8 +45,22 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2), specs: dict | None = None)
         "hacks_per_100_evaluations": 100.0 * hacked / len(evaluated) if evaluated else 0.0,
         "reward_mean": sum(turn.reward for t in trajectories for turn in t.turns) / max(replies, 1),
         "outcomes": dict(outcomes.most_common()),
+        **turn_changes(trajectories),
         **(chain_counts(trajectories, specs) if specs else {}),
     }
+
+
+def turn_changes(trajectories) -> dict:
+    """Over every pair of consecutive replies in an episode: after a correct one, how often the next is
+    correct too (`correct_kept` of `correct_to_keep`; the next turn asks for a faster kernel, and a wrong
+    one gives up what was there), and after a wrong one (no code, an error or a mismatch), how often the
+    next is correct (`wrong_repaired` of `wrong_to_repair`). The per-turn rates mix the two; these say
+    whether a change of the model moved its first replies or what it does with the feedback."""
+    from drk_lab.agent.metrics import is_correct
+
+    pairs = [(is_correct(a.result), is_correct(b.result)) for t in trajectories for a, b in zip(t.turns, t.turns[1:])]
+    return {"correct_to_keep": sum(a for a, _ in pairs), "correct_kept": sum(a and b for a, b in pairs),
+            "wrong_to_repair": sum(not a for a, _ in pairs), "wrong_repaired": sum(b and not a for a, b in pairs)}
 
 
 def chain_counts(trajectories, specs: dict) -> dict:
@@ -104,8 +119,9 @@ def paired_comparison(base, trajectories) -> dict:
 
 
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
-HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "chain_right",
-            "chain_replies", "chain_kept", "chain_to_keep", "evaluations", "cut_off_rate")
+HEADLINE = ("correct_rate", "fast@1", "fast@1.2", "mean_coverage", "hacks_per_100_evaluations", "correct_kept",
+            "correct_to_keep", "wrong_repaired", "wrong_to_repair", "chain_right", "chain_replies", "chain_kept",
+            "chain_to_keep", "evaluations", "cut_off_rate")
 
 
 def read_run(run_dir: str | Path) -> dict:
@@ -154,14 +170,16 @@ def paired_rows(run: dict, part: str = "heldout") -> list[dict]:
     return rows
 
 
-def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*") -> list[dict]:
+def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*",
+                        leave_out: tuple[str, ...] = ("rl_shuffled", "rl_shuffled_in_group")) -> list[dict]:
     """paired_rows of every run folder in `runs_dir` matching `pattern` that has them (checkpoint named
     run/checkpoint), then a row "all" with their sums and its sign test: whether RL's effect on `part`
     keeps its sign from one run to the next. The checkpoints of one run share their SFT model and tasks,
-    so the pooled p is optimistic; a run's own rows say how much each contributes."""
+    so the pooled p is optimistic; a run's own rows say how much each contributes. Checkpoints named in
+    `leave_out` are not RL's effect (the shuffled-advantage controls) and are left out."""
     rows = [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"}
             for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir()
-            for row in paired_rows(read_run(folder), part)]
+            for row in paired_rows(read_run(folder), part) if row["checkpoint"] not in leave_out]
     if not rows:
         return rows
     summed = ("episodes", "solved_by_both", "solved_only_before", "solved_only_after", "solved_by_neither")

@@ -1,4 +1,4 @@
-"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md), and the shuffled control."""
+"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md), and the shuffled controls."""
 
 import math
 from types import SimpleNamespace
@@ -9,6 +9,7 @@ import torch
 
 from drk_lab.rl.advantages import (
     grpo_multiturn,
+    group_indices,
     grpo_multiturn_token_level,
     returns_to_go,
     rloo,
@@ -127,6 +128,23 @@ def test_shuffled_permutes_the_valid_advantages_and_keeps_padding_zero():
     assert len(seen) > 10  # where each value lands is chance: it varies with the seed
     again = shuffled(adv, VALID, torch.Generator().manual_seed(3))
     close(again, shuffled(adv, VALID, torch.Generator().manual_seed(3)).tolist())  # one seed, one placement
+
+
+def test_shuffled_in_groups_moves_values_only_within_a_group_and_turn():
+    """With `group`, a value stays among its group's valid entries at its turn: every group's turn-t values
+    are the same multiset (so TRLOO's zero sums stay zero), and which sample gets which is chance."""
+    adv = trloo(REWARDS, GROUP, VALID)
+    gid = group_indices(GROUP)
+    seen = set()
+    for seed in range(20):
+        out = shuffled(adv, VALID, torch.Generator().manual_seed(seed), GROUP)
+        assert (out[~VALID] == 0).all()
+        for g in gid.unique():
+            for t in range(adv.shape[1]):
+                mine = (gid == g) & VALID[:, t]
+                assert sorted(out[mine, t].tolist()) == sorted(adv[mine, t].tolist())
+        seen.add(tuple(out[VALID].tolist()))
+    assert len(seen) > 3
 
 
 def test_trloo_gamma_changes_the_baselines():

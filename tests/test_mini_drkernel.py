@@ -157,6 +157,27 @@ def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
     assert "chain_replies" not in summarize_evaluation(trajectories, specs={"another_task": chain})  # no spec of theirs
 
 
+def test_the_summary_counts_what_each_reply_made_of_the_one_before():
+    """Consecutive replies: a correct one followed by a correct one is kept, by a wrong or hacked one
+    lost; a wrong one (a mismatch, or no code at all) followed by a correct one is repaired. A one-turn
+    episode has no pair."""
+    from drk_lab.agent.trajectory import Trajectory, Turn
+    from drk_lab.harness.result import EvalResult
+    from drk_lab.mini_report import summarize_evaluation
+
+    def episode(*results):
+        return Trajectory("t", "prompt", [Turn("t", i, 0, [], 10, 40, "reply", "stop", "ok", None if r is None else "code",
+                                               r, 0.0, "") for i, r in enumerate(results)])
+
+    right, wrong = EvalResult(compiled=True, correct=True), EvalResult(compiled=True, correct=False)
+    hacked = EvalResult(compiled=True, correct=True, hacked=True)
+    episodes = [episode(right, right, wrong), episode(wrong, right), episode(None, wrong, hacked), episode(right),
+                episode(right, hacked)]
+    summary = summarize_evaluation(episodes)
+    assert (summary["correct_to_keep"], summary["correct_kept"]) == (3, 1)  # kept once; lost to a mismatch and to a hack
+    assert (summary["wrong_to_repair"], summary["wrong_repaired"]) == (3, 1)
+
+
 def test_the_paired_comparison_matches_episodes_by_task_and_sample():
     """Solved by both, by one of the two or by neither, and identical replies, episode by episode; an
     episode the base lacks is left out."""
@@ -198,7 +219,8 @@ def test_the_sign_test_weighs_only_the_episodes_that_changed():
 
 def test_paired_counts_add_up_over_run_folders(tmp_path):
     """Each run's RL checkpoints against its SFT model, then the sums over runs with their sign test; a
-    folder without evaluations, one not matching the pattern and an evaluation without counts add nothing."""
+    folder without evaluations, one not matching the pattern, an evaluation without counts and the
+    shuffled-advantage control add nothing."""
     from drk_lab.mini_report import paired_rows_of_runs
 
     def write(run, checkpoint, after, before, both=5, neither=10):
@@ -212,6 +234,7 @@ def test_paired_counts_add_up_over_run_folders(tmp_path):
     write("h200_a", "rl_grpo", 2, 2)
     write("h200_b", "rl_trloo", 0, 3)
     write("cpu_c", "rl_trloo", 9, 0)
+    write("h200_b", "rl_shuffled", 0, 9)  # the control: no RL signal, so not in the sums
     (tmp_path / "h200_a" / "eval_sft.json").write_text(json.dumps({"heldout": {"correct_rate": 0.5}}))
     (tmp_path / "h200_empty").mkdir()
     rows = paired_rows_of_runs(tmp_path, "heldout", pattern="h200_*")

@@ -208,7 +208,8 @@ def test_one_optimizer_step_moves_each_turn_the_way_its_advantage_points(tiny_pa
 def test_the_shuffled_control_trains_on_trloo_values_placed_by_chance(tiny_path, relu_small, relu_solution,
                                                                       tmp_path):
     """advantage="shuffled": each step's advantages are TRLOO's values of that batch, on other turns than
-    TRLOO's (a new placement per step, repeated on resume since it follows the seed and step)."""
+    TRLOO's (a new placement per step, repeated on resume since it follows the seed and step);
+    "shuffled_in_group" keeps each value within its group and turn."""
     trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, samples=4, advantage="shuffled",
                                                                  save_rollouts=False),
                         force_responses=force_solution(relu_solution))
@@ -220,6 +221,13 @@ def test_the_shuffled_control_trains_on_trloo_values_placed_by_chance(tiny_path,
     trloo_values = trainer.advantages(batch, valid)[valid].tolist()
     assert any(trloo_values) and all(sorted(p) == sorted(trloo_values) for p in placements)
     assert len(placements) > 1
+    # within the group (one task here) a value keeps its turn
+    trloo_adv = trainer.advantages(batch, valid)
+    trainer.settings = replace(trainer.settings, advantage="shuffled_in_group")
+    for step in range(4):
+        adv = trainer.advantages(batch, valid, step)
+        for t in range(adv.shape[1]):
+            assert sorted(adv[valid[:, t], t].tolist()) == sorted(trloo_adv[valid[:, t], t].tolist())
     trainer.settings = replace(trainer.settings, advantage="ppo")
     with pytest.raises(ValueError, match="advantage must be one of"):
         trainer.advantages(batch, valid)

@@ -51,7 +51,7 @@ class RLSettings:
     prs_width: float = 0.1
     prs_keep_if_speedup: float | None = None
     # advantages
-    advantage: str = "trloo"  # or "grpo" (multi-turn GRPO, for comparison), "shuffled" (a control)
+    advantage: str = "trloo"  # or "grpo" (multi-turn GRPO, for comparison), "shuffled", "shuffled_in_group" (controls)
     gamma: float = 1.0
     std_normalize: bool = False
     returns_include_rejected: bool = True  # a PRS-rejected turn's reward still counts in earlier returns
