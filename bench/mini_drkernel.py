@@ -294,7 +294,7 @@ def phase_genbench(args, settings, out: Path) -> dict:
 
 
 def phase_rl(args, settings, out: Path) -> dict:
-    from drk_lab.mini_report import chain_counts
+    from drk_lab.mini_report import chain_counts, shared_first_tokens
     from drk_lab.rl.trainer import RLTrainer
 
     start = need(out / "sft", "sft")
@@ -332,9 +332,11 @@ def phase_rl(args, settings, out: Path) -> dict:
         row = trainer.train(trainer.state.step + 1)[-1]
         spent += row["time/step_s"]
         longest = max(longest, row["time/step_s"])
-        # the rollouts' operator counts per step (chain_kept: does turn 2 learn to keep a right chain?),
-        # appended to a small file so that a resumed phase still reports every step
-        counts = {"step": trainer.state.step, **chain_counts(trainer.last_rollout.trajectories, specs)}
+        # the rollouts' operator counts per step (chain_kept: does turn 2 learn to keep a right chain?) and
+        # how much of the first replies a group shares, appended to a small file so that a resumed phase
+        # still reports every step
+        rollout = trainer.last_rollout.trajectories
+        counts = {"step": trainer.state.step, **chain_counts(rollout, specs), **shared_first_tokens(rollout)}
         with open(counted, "a") as f:
             f.write(json.dumps(counts) + "\n")
         bar.update(1)

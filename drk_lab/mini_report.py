@@ -63,6 +63,32 @@ def turn_changes(trajectories) -> dict:
             "wrong_to_repair": sum(not a for a, _ in pairs), "wrong_repaired": sum(b and not a for a, b in pairs)}
 
 
+def shared_first_tokens(trajectories) -> dict:
+    """Of the first replies' tokens (`first_reply_tokens`), how many lie in a prefix the reply shares
+    with another reply to the same task (`first_reply_tokens_shared`, the longest such prefix per reply).
+    Those tokens have the same context in both replies, so under TRLOO, whose advantages in a group sum
+    to zero, their pushes cancel; only the rest carries the update."""
+    from collections import defaultdict
+
+    replies = defaultdict(list)
+    for t in trajectories:
+        if t.turns and t.turns[0].token_ids:
+            replies[t.task].append(list(t.turns[0].token_ids))
+
+    def common(a: list, b: list) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    total = shared = 0
+    for group in replies.values():
+        for i, reply in enumerate(group):
+            total += len(reply)
+            shared += max((common(reply, other) for j, other in enumerate(group) if j != i), default=0)
+    return {"first_reply_tokens": total, "first_reply_tokens_shared": shared}
+
+
 def chain_counts(trajectories, specs: dict) -> dict:
     from drk_lab.data.kernels_rows import chain_wanted, chain_written
 
@@ -225,7 +251,8 @@ def reading_rows(run: dict) -> list[dict]:
 
 def chain_step_rows(run: dict) -> list[dict]:
     """Per RL run and step, the rollouts' operator counts (chain_right of chain_replies, chain_kept of
-    chain_to_keep); runs recorded before these counts have none."""
+    chain_to_keep) and, from the fourteenth H200 run on, the first replies' tokens shared within a group
+    (shared_first_tokens); runs recorded before these counts have none."""
     return [{"run": name[len("rl_"):], **counts} for name, report in sorted(run["phases"].items())
             if name.startswith("rl_") for counts in report.get("chain_per_step", [])]
 

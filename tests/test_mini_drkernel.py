@@ -74,6 +74,7 @@ def test_every_phase_writes_its_results(smoke):
     (counts,) = rl["chain_per_step"]
     assert counts["step"] == 1 and 0 <= counts["chain_right"] <= counts["chain_replies"] <= 2 * 2 * 2
     assert 0 <= counts["chain_kept"] <= counts["chain_to_keep"]
+    assert 0 < counts["first_reply_tokens"] and 0 <= counts["first_reply_tokens_shared"] <= counts["first_reply_tokens"]
     assert not list((run_dir / "rl_trloo" / "log" / "rollouts").glob("*.jsonl"))
     (row,) = [json.loads(line) for line in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     for key in ("reward_mean/turn_1", "fast@1/turn_1", "entropy", "grad_norm", "mrs/rejected_frac", "prs/rejected_frac"):
@@ -176,6 +177,22 @@ def test_the_summary_counts_what_each_reply_made_of_the_one_before():
     summary = summarize_evaluation(episodes)
     assert (summary["correct_to_keep"], summary["correct_kept"]) == (3, 1)  # kept once; lost to a mismatch and to a hack
     assert (summary["wrong_to_repair"], summary["wrong_repaired"]) == (3, 1)
+
+
+def test_shared_first_tokens_counts_each_replys_longest_prefix_with_a_sibling():
+    """A reply's shared tokens: its longest common prefix with another reply to the same task; a reply
+    alone on its task shares nothing, and later turns do not count."""
+    from drk_lab.agent.trajectory import Trajectory, Turn
+    from drk_lab.mini_report import shared_first_tokens
+
+    def episode(task, *replies):
+        return Trajectory(task, "prompt", [Turn(task, i, 0, [], 10, 40, "reply", "stop", "ok", "code", None, 0.0, "",
+                                                token_ids=ids) for i, ids in enumerate(replies)])
+
+    episodes = [episode("a", [1, 2, 3, 4], [9, 9]), episode("a", [1, 2, 5]), episode("a", [1, 2, 3, 7, 7]),
+                episode("b", [1, 2, 3], [1, 2, 3])]
+    # a: 4 tokens sharing 3 (with the third), 3 sharing 2, 5 sharing 3; b: 3 tokens, no sibling
+    assert shared_first_tokens(episodes) == {"first_reply_tokens": 15, "first_reply_tokens_shared": 8}
 
 
 def test_the_paired_comparison_matches_episodes_by_task_and_sample():
