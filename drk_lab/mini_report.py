@@ -64,10 +64,12 @@ def turn_changes(trajectories) -> dict:
 
 
 def shared_first_tokens(trajectories) -> dict:
-    """Of the first replies' tokens (`first_reply_tokens`), how many lie in a prefix the reply shares
-    with another reply to the same task (`first_reply_tokens_shared`, the longest such prefix per reply).
-    Those tokens have the same context in both replies, so under TRLOO, whose advantages in a group sum
-    to zero, their pushes cancel; only the rest carries the update."""
+    """How alike the first replies to one task are, in tokens: of all first-reply tokens
+    (`first_reply_tokens`), those in a prefix the reply shares with another reply to the same task
+    (`first_reply_tokens_shared`, its longest such prefix), and those in the prefix all of the task's
+    replies share (`first_reply_tokens_common`). A shared token has the same context in the replies
+    that share it, so its pushes add up to the sum of their advantages: under TRLOO, whose advantages in
+    a group sum to zero, the common ones cancel exactly, the other shared ones in part."""
     from collections import defaultdict
 
     replies = defaultdict(list)
@@ -75,18 +77,19 @@ def shared_first_tokens(trajectories) -> dict:
         if t.turns and t.turns[0].token_ids:
             replies[t.task].append(list(t.turns[0].token_ids))
 
-    def common(a: list, b: list) -> int:
+    def common(*seqs: list) -> int:
         n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
+        while all(n < len(seq) for seq in seqs) and all(seq[n] == seqs[0][n] for seq in seqs):
             n += 1
         return n
 
-    total = shared = 0
+    total = shared = everyone = 0
     for group in replies.values():
-        for i, reply in enumerate(group):
-            total += len(reply)
-            shared += max((common(reply, other) for j, other in enumerate(group) if j != i), default=0)
-    return {"first_reply_tokens": total, "first_reply_tokens_shared": shared}
+        total += sum(len(reply) for reply in group)
+        shared += sum(max((common(reply, other) for j, other in enumerate(group) if j != i), default=0)
+                      for i, reply in enumerate(group))
+        everyone += common(*group) * len(group) if len(group) > 1 else 0
+    return {"first_reply_tokens": total, "first_reply_tokens_shared": shared, "first_reply_tokens_common": everyone}
 
 
 def chain_counts(trajectories, specs: dict) -> dict:

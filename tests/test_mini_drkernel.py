@@ -74,7 +74,8 @@ def test_every_phase_writes_its_results(smoke):
     (counts,) = rl["chain_per_step"]
     assert counts["step"] == 1 and 0 <= counts["chain_right"] <= counts["chain_replies"] <= 2 * 2 * 2
     assert 0 <= counts["chain_kept"] <= counts["chain_to_keep"]
-    assert 0 < counts["first_reply_tokens"] and 0 <= counts["first_reply_tokens_shared"] <= counts["first_reply_tokens"]
+    assert 0 < counts["first_reply_tokens"]
+    assert 0 <= counts["first_reply_tokens_common"] <= counts["first_reply_tokens_shared"] <= counts["first_reply_tokens"]
     assert not list((run_dir / "rl_trloo" / "log" / "rollouts").glob("*.jsonl"))
     (row,) = [json.loads(line) for line in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     for key in ("reward_mean/turn_1", "fast@1/turn_1", "entropy", "grad_norm", "mrs/rejected_frac", "prs/rejected_frac"):
@@ -180,8 +181,9 @@ def test_the_summary_counts_what_each_reply_made_of_the_one_before():
 
 
 def test_shared_first_tokens_counts_each_replys_longest_prefix_with_a_sibling():
-    """A reply's shared tokens: its longest common prefix with another reply to the same task; a reply
-    alone on its task shares nothing, and later turns do not count."""
+    """A reply's shared tokens: its longest common prefix with another reply to the same task; common
+    tokens: the prefix all the task's replies share; a reply alone on its task shares nothing, and later
+    turns do not count."""
     from drk_lab.agent.trajectory import Trajectory, Turn
     from drk_lab.mini_report import shared_first_tokens
 
@@ -191,8 +193,10 @@ def test_shared_first_tokens_counts_each_replys_longest_prefix_with_a_sibling():
 
     episodes = [episode("a", [1, 2, 3, 4], [9, 9]), episode("a", [1, 2, 5]), episode("a", [1, 2, 3, 7, 7]),
                 episode("b", [1, 2, 3], [1, 2, 3])]
-    # a: 4 tokens sharing 3 (with the third), 3 sharing 2, 5 sharing 3; b: 3 tokens, no sibling
-    assert shared_first_tokens(episodes) == {"first_reply_tokens": 15, "first_reply_tokens_shared": 8}
+    # a: 4 tokens sharing 3 (with the third), 3 sharing 2, 5 sharing 3, and [1, 2] common to all three;
+    # b: 3 tokens, no sibling
+    assert shared_first_tokens(episodes) == {"first_reply_tokens": 15, "first_reply_tokens_shared": 8,
+                                             "first_reply_tokens_common": 6}
 
 
 def test_the_paired_comparison_matches_episodes_by_task_and_sample():
