@@ -404,6 +404,12 @@ def phase_eval(args, settings, out: Path) -> dict:
                 after_sft = out / f"eval_sft_{part}.jsonl"  # same tasks, same sampling seed
                 if label != "sft" and after_sft.exists():
                     report[part]["paired_with_sft"] = paired_comparison(read_jsonl(after_sft), mine)
+                # and against the RL checkpoints evaluated before it (an ablation or control against TRLOO)
+                earlier = {f.name[len("eval_"):-len(f"_{part}.jsonl")]: f for f in out.glob(f"eval_rl_*_{part}.jsonl")}
+                earlier.pop(label, None)
+                if label != "sft" and earlier:
+                    report[part]["paired_with_rl"] = {other: paired_comparison(read_jsonl(f), mine)
+                                                      for other, f in sorted(earlier.items())}
     return report
 
 

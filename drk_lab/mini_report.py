@@ -186,12 +186,17 @@ def sign_test_p(only_after: int, only_before: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n) if n else 1.0
 
 
-def paired_rows(run: dict, part: str = "heldout") -> list[dict]:
+def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> list[dict]:
     """Each RL checkpoint against the one after SFT, episode by episode on `part` (paired_comparison),
     with the sign test's p over episodes and, where the task counts were recorded, over tasks;
-    evaluations made before these counts have none."""
-    rows = [{"checkpoint": name, **report[part]["paired_with_sft"]} for name, report in sorted(run["evals"].items())
-            if "paired_with_sft" in report.get(part, {})]
+    evaluations made before these counts have none. With `against_rl`, each RL checkpoint against the
+    RL checkpoints evaluated before it instead (an ablation or control against TRLOO; "after" is the
+    checkpoint, "before" the one in `against`), recorded from the fourteenth H200 run on."""
+    rows = []
+    for name, report in sorted(run["evals"].items()):
+        summary = report.get(part, {})
+        pairs = summary.get("paired_with_rl", {}) if against_rl else {"sft": summary.get("paired_with_sft")}
+        rows += [{"checkpoint": name, "against": other, **counts} for other, counts in pairs.items() if counts]
     for row in rows:
         row["sign_test_p"] = sign_test_p(row["solved_only_after"], row["solved_only_before"])
         if "tasks_better_after" in row:  # recorded from the twelfth H200 run on

@@ -242,7 +242,7 @@ def test_paired_counts_add_up_over_run_folders(tmp_path):
     """Each run's RL checkpoints against its SFT model, then the sums over runs with their sign test; a
     folder without evaluations, one not matching the pattern, an evaluation without counts and the
     shuffled-advantage control add nothing."""
-    from drk_lab.mini_report import paired_rows_of_runs
+    from drk_lab.mini_report import paired_rows, paired_rows_of_runs, read_run
 
     def write(run, checkpoint, after, before, both=5, neither=10):
         folder = tmp_path / run
@@ -257,6 +257,12 @@ def test_paired_counts_add_up_over_run_folders(tmp_path):
     write("cpu_c", "rl_trloo", 9, 0)
     write("h200_b", "rl_shuffled", 0, 9)  # the control: no RL signal, so not in the sums
     (tmp_path / "h200_a" / "eval_sft.json").write_text(json.dumps({"heldout": {"correct_rate": 0.5}}))
+    # GRPO against TRLOO as well: a row of its own with against_rl, never in the sums against SFT
+    grpo = json.loads((tmp_path / "h200_a" / "eval_rl_grpo.json").read_text())
+    grpo["heldout"]["paired_with_rl"] = {"rl_trloo": {**grpo["heldout"]["paired_with_sft"], "solved_only_after": 30}}
+    (tmp_path / "h200_a" / "eval_rl_grpo.json").write_text(json.dumps(grpo))
+    (against,) = paired_rows(read_run(tmp_path / "h200_a"), "heldout", against_rl=True)
+    assert (against["checkpoint"], against["against"], against["solved_only_after"]) == ("rl_grpo", "rl_trloo", 30)
     (tmp_path / "h200_empty").mkdir()
     rows = paired_rows_of_runs(tmp_path, "heldout", pattern="h200_*")
     assert [row["checkpoint"] for row in rows] == ["h200_a/rl_grpo", "h200_a/rl_trloo", "h200_b/rl_trloo", "all"]
@@ -323,6 +329,18 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off", "--set", "rl_seed=1")
     assert read(run_dir / "rl_grpo_noprs_seed1.json")["steps_done"] == 1  # its own folder, from the same SFT model
     assert (run_dir / "rl_grpo_noprs_seed1" / "model" / "config.json").exists()
+    # its evaluation is paired with SFT's and, episode by episode, with TRLOO's (evaluated before it)
+    run("--smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", "rl_grpo_noprs_seed1",
+        "--set", "stts_tasks=0", "--set", "eval_builtin_levels=()")
+    from drk_lab.agent.trajectory import read_jsonl
+    from drk_lab.mini_report import paired_comparison
+
+    heldout = read(run_dir / "eval_rl_grpo_noprs_seed1.json")["heldout"]
+    assert list(heldout["paired_with_rl"]) == ["rl_trloo"]
+    assert heldout["paired_with_rl"]["rl_trloo"] == paired_comparison(
+        read_jsonl(run_dir / "eval_rl_trloo_heldout.jsonl"), read_jsonl(run_dir / "eval_rl_grpo_noprs_seed1_heldout.jsonl"))
+    assert heldout["paired_with_rl"]["rl_trloo"]["episodes"] == heldout["episodes"]
+    assert "paired_with_rl" not in read(run_dir / "eval_rl_trloo.json")["heldout"]  # nothing before it
     # the whole train split, or only its first N prompts (the seen evaluation's first N) every step
     assert rl["train_prompts"] > 1000
     run("--smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_p1", "--set", "rl_prompts=1")

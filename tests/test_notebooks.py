@@ -114,6 +114,7 @@ def test_mini_drkernel(tmp_path):
     assert "mini_cpu_smoke/" not in text and "<td>all</td>" in text
     assert "mini_h200_shuffled_control/rl_shuffled" not in text  # the control is no RL checkpoint
     assert "rl_shuffled" in text and "correct_kept" in text  # the default run's control; what turn 2 made of turn 1
+    assert "<td>rl_shuffled</td>\n      <td>rl_trloo</td>" in text  # the control against TRLOO, episode by episode
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
