@@ -71,24 +71,18 @@ def shared_first_tokens(trajectories) -> dict:
     that share it, so its pushes add up to the sum of their advantages: under TRLOO, whose advantages in
     a group sum to zero, the common ones cancel exactly, the other shared ones in part."""
     from collections import defaultdict
+    from os.path import commonprefix  # works on any sequences, token lists included
 
     replies = defaultdict(list)
     for t in trajectories:
         if t.turns and t.turns[0].token_ids:
             replies[t.task].append(list(t.turns[0].token_ids))
-
-    def common(*seqs: list) -> int:
-        n = 0
-        while all(n < len(seq) for seq in seqs) and all(seq[n] == seqs[0][n] for seq in seqs):
-            n += 1
-        return n
-
     total = shared = everyone = 0
     for group in replies.values():
         total += sum(len(reply) for reply in group)
-        shared += sum(max((common(reply, other) for j, other in enumerate(group) if j != i), default=0)
+        shared += sum(max((len(commonprefix([reply, other])) for j, other in enumerate(group) if j != i), default=0)
                       for i, reply in enumerate(group))
-        everyone += common(*group) * len(group) if len(group) > 1 else 0
+        everyone += len(commonprefix(group)) * len(group) if len(group) > 1 else 0
     return {"first_reply_tokens": total, "first_reply_tokens_shared": shared, "first_reply_tokens_common": everyone}
 
 
@@ -205,15 +199,16 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
 
 
 def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*",
-                        leave_out: tuple[str, ...] = ("rl_shuffled", "rl_shuffled_in_group")) -> list[dict]:
+                        leave_out: tuple[str, ...] = ("rl_shuffled",)) -> list[dict]:
     """paired_rows of every run folder in `runs_dir` matching `pattern` that has them (checkpoint named
     run/checkpoint), then a row "all" with their sums and its sign test: whether RL's effect on `part`
     keeps its sign from one run to the next. The checkpoints of one run share their SFT model and tasks,
-    so the pooled p is optimistic; a run's own rows say how much each contributes. Checkpoints named in
-    `leave_out` are not RL's effect (the shuffled-advantage controls) and are left out."""
+    so the pooled p is optimistic; a run's own rows say how much each contributes. Checkpoints whose
+    names start with one of `leave_out` are not RL's effect (the shuffled-advantage controls, any seed)
+    and are left out."""
     rows = [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"}
             for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir()
-            for row in paired_rows(read_run(folder), part) if row["checkpoint"] not in leave_out]
+            for row in paired_rows(read_run(folder), part) if not row["checkpoint"].startswith(leave_out)]
     if not rows:
         return rows
     summed = ("episodes", "solved_by_both", "solved_only_before", "solved_only_after", "solved_by_neither")

@@ -1,4 +1,4 @@
-"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO, single-turn RLOO, and a shuffled control.
+"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO, single-turn RLOO, and shuffled controls.
 
 Layout: `rewards[B, T]` holds the reward of turn t of sample i, `group[B]` the id of the prompt
 that sample i answers (ints, strings or anything hashable), `valid[B, T]` which turns count.
