@@ -8,6 +8,8 @@
 #                                                             # shuffled within each group and turn
 #   RL_SEEDS="1 2" bash bench/mini_device.sh 585           # then TRLOO again from the same SFT model, per seed
 #   TAG=trloo_lr1e-4 bash bench/mini_device.sh 585 --set rl_lr=1e-4   # another TRLOO arm from the same SFT model
+#   TAG=trloo_long ABLATION=none bash bench/mini_device.sh 470 --set rl_budget_s=840 --set rl_snapshot_step=6
+#                                    # one long TRLOO arm, evaluated at its end and after its sixth step
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
 # says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
 # not fit in what is left of a call gives that time to RL steps instead; an RL phase stops before a step
@@ -85,6 +87,12 @@ fill() {  # a phase that does not fit: spend what is left on RL steps instead of
 [ -f $run/eval_sft.json ] || phase 240 --phase eval --checkpoint sft "$@"
 rl_done $tag || rl trloo $tag "$@"
 [ -f $run/eval_rl_$tag.json ] || phase 200 --phase eval --checkpoint rl_$tag "$@"
+for snapshot in $run/rl_${tag}_step*/model; do  # --set rl_snapshot_step=N: the same arm after step N
+  [ -d "$snapshot" ] || continue
+  name=$(basename "$(dirname "$snapshot")")
+  [ -f $run/eval_$name.json ] || phase 110 --phase eval --checkpoint $name --set stts_tasks=0 \
+    --set "eval_builtin_levels=()" "$@"
+done
 if [ "$ablation" != none ]; then
   rl_done $ablation || rl $ablation $ablation "$@"
   # the ablation is compared on the held-out split only (no STTS, no built-in suite)

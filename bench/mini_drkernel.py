@@ -339,6 +339,8 @@ def phase_rl(args, settings, out: Path) -> dict:
         counts = {"step": trainer.state.step, **chain_counts(rollout, specs), **shared_first_tokens(rollout)}
         with open(counted, "a") as f:
             f.write(json.dumps(counts) + "\n")
+        if trainer.state.step == settings.rl_snapshot_step:
+            trainer.export(out / f"rl_{args.tag}_step{trainer.state.step}" / "model")
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()

@@ -95,6 +95,7 @@ class MiniSettings:
     prs: bool = True
     mrs: bool = True
     rl_time_limit_s: float = 330.0  # this call's RL phase stops (and checkpoints) before a step that would pass it
+    rl_snapshot_step: int = 0  # also export the model after this RL step to rl_<tag>_step<N>/model (0: none)
     # the sampler's one-token steps replayed as a CUDA graph (rl/sampler.py), in RL and the evaluations: on
     # the H200 35,800 against 28,700 tokens/s (genbench, 256 rows), log-probs within 2e-6 of the trainer's;
     # on a CPU the same fixed-shape step runs without a graph

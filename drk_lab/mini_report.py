@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 
@@ -205,10 +206,12 @@ def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: st
     keeps its sign from one run to the next. The checkpoints of one run share their SFT model and tasks,
     so the pooled p is optimistic; a run's own rows say how much each contributes. Checkpoints whose
     names start with one of `leave_out` are not RL's effect (the shuffled-advantage controls, any seed)
-    and are left out."""
+    and are left out, and so are an arm's earlier points (`rl_<tag>_step<N>`, `rl_snapshot_step`), which
+    would count its episodes twice."""
     rows = [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"}
             for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir()
-            for row in paired_rows(read_run(folder), part) if not row["checkpoint"].startswith(leave_out)]
+            for row in paired_rows(read_run(folder), part)
+            if not row["checkpoint"].startswith(leave_out) and not re.search(r"_step\d+$", row["checkpoint"])]
     if not rows:
         return rows
     summed = ("episodes", "solved_by_both", "solved_only_before", "solved_only_after", "solved_by_neither")

@@ -240,8 +240,8 @@ def test_the_sign_test_weighs_only_the_episodes_that_changed():
 
 def test_paired_counts_add_up_over_run_folders(tmp_path):
     """Each run's RL checkpoints against its SFT model, then the sums over runs with their sign test; a
-    folder without evaluations, one not matching the pattern, an evaluation without counts and the
-    shuffled-advantage control add nothing."""
+    folder without evaluations, one not matching the pattern, an evaluation without counts, the
+    shuffled-advantage control and an arm's earlier point add nothing."""
     from drk_lab.mini_report import paired_rows, paired_rows_of_runs, read_run
 
     def write(run, checkpoint, after, before, both=5, neither=10):
@@ -256,6 +256,7 @@ def test_paired_counts_add_up_over_run_folders(tmp_path):
     write("h200_b", "rl_trloo", 0, 3)
     write("cpu_c", "rl_trloo", 9, 0)
     write("h200_b", "rl_shuffled", 0, 9)  # the control: no RL signal, so not in the sums
+    write("h200_b", "rl_trloo_step6", 0, 9)  # an earlier point of h200_b's TRLOO arm: its episodes counted once
     (tmp_path / "h200_a" / "eval_sft.json").write_text(json.dumps({"heldout": {"correct_rate": 0.5}}))
     # GRPO against TRLOO as well: a row of its own with against_rl, never in the sums against SFT
     grpo = json.loads((tmp_path / "h200_a" / "eval_rl_grpo.json").read_text())
@@ -316,12 +317,20 @@ def test_export_copies_only_the_small_files(smoke):
 def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_their_own_folders(smoke):
     run_dir = smoke / "run"
     first = read(run_dir / "rl_trloo.json")
-    run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=2")
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--set", "rl_steps=2", "--set", "rl_snapshot_step=2")
     rl = read(run_dir / "rl_trloo.json")
     assert rl["steps_done"] == 2 and rl["resumed"]
     assert rl["seconds"] > first["seconds"] and rl["rl_seconds"] > first["rl_seconds"]  # both calls' time
     # the call's own --set is in the phase's JSON; settings.json keeps the run's first settings
-    assert rl["set"] == ["rl_steps=2"] and read(run_dir / "settings.json")["settings"]["rl_steps"] == 1
+    assert rl["set"] == ["rl_steps=2", "rl_snapshot_step=2"]
+    assert read(run_dir / "settings.json")["settings"]["rl_steps"] == 1
+    # the snapshot of step 2, here the last step, holds the exported model's weights
+    import torch
+    from safetensors.torch import load_file
+
+    snapshot, final = (load_file(run_dir / name / "model" / "model.safetensors") for name in ("rl_trloo_step2", "rl_trloo"))
+    assert snapshot.keys() == final.keys() and all(torch.equal(snapshot[k], final[k]) for k in final)
+    assert not (run_dir / "rl_trloo_step1").exists()  # step 1 ran in the first call, without a snapshot
     steps = [json.loads(x)["step"] for x in (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     assert [counts["step"] for counts in rl["chain_per_step"]] == [1, 2]  # the first call's step is kept
