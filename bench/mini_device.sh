@@ -20,7 +20,8 @@
 # $OUT/trajectories.tar.xz, and the baselines measured so far as
 # $OUT/baselines.tgz: unpacked into .cache/ here and carried (.cache/baselines and .cache/copy_bandwidth.json
 # beside .whl), they spare the evaluations measuring the eager baselines of their tasks again (about 85 s of
-# each evaluation's 150-220 s on the H200). The run's cache is runs/cache, filled from the carried .cache
+# each evaluation's 150-220 s on the H200; bench/mini_drkernel.py --phase baselines measures those of RL's
+# first steps and the evaluations ahead). The run's cache is runs/cache, filled from the carried .cache
 # on every call: a carried path replaces the machine's copy, which would lose what earlier calls measured.
 set -u
 budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}

@@ -37,6 +37,10 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              (1); STTS (3 user turns, keep 2, 2 iterations = 4 turns) on 16 held-out tasks, one episode each;
              temperature 0.7, the same sampling seed for every checkpoint; speedups over eager
              PyTorch (no torch.compile baselines) -> eval_<checkpoint>.json (+ trajectories)
+  baselines  (GPU; not part of all) the eager baselines of the tasks RL's first rl_steps steps draw and of
+             the evaluation's tasks, measured ahead into the cache ($DRK_CACHE_DIR/baselines): they depend
+             on the task and the timing settings, not on the model, so a later run that carries the cache
+             skips measuring them -> baselines.json
 
 On the H200, bench/mini_device.sh runs these phases in device calls of at most 10 minutes, each resuming
 where the last stopped (docs/mini_drkernel.md has the time plan). --export defaults to $OUT.
@@ -63,7 +67,7 @@ sys.path.insert(0, str(REPO))
 from drk_lab.mini_drkernel import MiniSettings, write_json  # noqa: E402
 from drk_lab.rl.advantages import ADVANTAGES  # noqa: E402
 
-PHASES = ("tokenizer", "pretrain", "sft", "genbench", "rl", "eval")
+PHASES = ("tokenizer", "pretrain", "sft", "genbench", "rl", "eval")  # "all", in this order
 
 
 class UsageError(Exception):
@@ -415,6 +419,24 @@ def phase_eval(args, settings, out: Path) -> dict:
     return report
 
 
+def phase_baselines(args, settings, out: Path) -> dict:
+    from drk_lab.harness.evaluate import ensure_baselines
+    from drk_lab.rl.rollout import tasks_of_step
+
+    if device_name() == "cpu":
+        raise UsageError("--phase baselines: baselines are GPU timings, and there is no CUDA device here")
+    train = rl_tasks(args, "train", settings.rl_prompts, settings)
+    # RL's steps in their order first, so that a call cut short has measured the earliest steps' tasks
+    drawn = [t for step in range(settings.rl_steps)
+             for t in tasks_of_step(train, step, settings.prompts_per_step, settings.rl_seed)]
+    evaluated = rl_tasks(args, "heldout", settings.eval_heldout, settings) + rl_tasks(args, "train", settings.eval_seen, settings)
+    tasks = list({t.name: t for t in drawn + evaluated}.values())
+    # the same key as the evaluations' own baselines (eval_kwargs: timing trials, no torch.compile)
+    found = ensure_baselines(tasks, timing_trials=settings.timing_trials, compile_baseline=False)
+    return {"tasks": len(tasks), "rl_steps": settings.rl_steps,
+            "failed": {t.name: b.get("error") for t, b in zip(tasks, found) if not b.get("eager")}}
+
+
 def export(out: Path, target: Path) -> None:
     """Copy the small files (JSON, JSONL, CSV outside model and checkpoint folders) to `target`."""
     for path in out.rglob("*"):
@@ -427,12 +449,12 @@ def export(out: Path, target: Path) -> None:
 
 
 RUNNERS = {"tokenizer": phase_tokenizer, "pretrain": phase_pretrain, "sft": phase_sft, "genbench": phase_genbench,
-           "rl": phase_rl, "eval": phase_eval}
+           "rl": phase_rl, "eval": phase_eval, "baselines": phase_baselines}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--phase", default="all", help=f"one of {', '.join(PHASES)}, all, or a comma-separated list")
+    p.add_argument("--phase", default="all", help=f"one of {', '.join(RUNNERS)}, all, or a comma-separated list")
     p.add_argument("--out", default=str(REPO / "runs" / "mini"), help="run folder (models, checkpoints, logs)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (MiniSettings.smoke) for a CPU run")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="change one setting")
@@ -460,9 +482,9 @@ def main(argv=None) -> int:
         args.tag = args.tag or (settings.advantage + ("" if settings.prs else "_noprs")
                                 + (f"_seed{settings.rl_seed}" if settings.rl_seed else ""))
         phases = PHASES if args.phase == "all" else tuple(args.phase.split(","))
-        unknown = [ph for ph in phases if ph not in PHASES]
+        unknown = [ph for ph in phases if ph not in RUNNERS]
         if unknown:
-            raise UsageError(f"--phase {args.phase}: unknown phase {unknown[0]!r} (one of {', '.join(PHASES)}, all)")
+            raise UsageError(f"--phase {args.phase}: unknown phase {unknown[0]!r} (one of {', '.join(RUNNERS)}, all)")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         if not (out / "settings.json").exists():  # the run's settings; a phase's own --set go into its JSON

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("trl")
@@ -325,7 +326,6 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     assert rl["set"] == ["rl_steps=2", "rl_snapshot_step=2"]
     assert read(run_dir / "settings.json")["settings"]["rl_steps"] == 1
     # the snapshot of step 2, here the last step, holds the exported model's weights
-    import torch
     from safetensors.torch import load_file
 
     snapshot, final = (load_file(run_dir / name / "model" / "model.safetensors") for name in ("rl_trloo_step2", "rl_trloo"))
@@ -379,6 +379,8 @@ def test_rl_stops_on_its_budget_across_calls(smoke):
     (("--phase", "rl"), "run --phase sft first"),
     (("--phase", "tokenizer", "--sft-data", "missing.parquet"), "missing.parquet: no such file"),
     (("--phase", "sft", "--model", "not_a_model"), "not a local Hugging Face model folder"),
+    pytest.param(("--phase", "baselines"), "baselines are GPU timings",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="measures baselines on a GPU")),
 ])
 def test_everyday_mistakes_get_one_line(tmp_path, args, message):
     done = run("--smoke", "--out", tmp_path / "empty", *args, check=False)

@@ -137,3 +137,15 @@ def test_feedback_glue_drops_only_the_stop_text_the_model_wrote(tiny):
     after_stop = feedback_glue(tokenizer, "FB", stop_text="<|im_end|>")
     assert after_stop == "\n<|im_start|>user\nFB<|im_end|>\n<|im_start|>assistant\n"
     assert feedback_glue(tokenizer, "FB").startswith("<|im_end|>\n<|im_start|>user\nFB")
+
+
+def test_a_steps_tasks_are_passes_over_the_set_in_seeded_orders():
+    from drk_lab.rl.rollout import tasks_of_step
+
+    tasks = list(range(10))
+    steps = [tasks_of_step(tasks, step, 4, seed=3) for step in range(5)]
+    drawn = sum(steps, [])
+    assert sorted(drawn[:10]) == tasks and sorted(drawn[10:]) == tasks and drawn[:10] != drawn[10:]  # a pass each
+    assert steps == [tasks_of_step(tasks, step, 4, seed=3) for step in range(5)]  # known ahead, resumed alike
+    assert drawn != sum((tasks_of_step(tasks, step, 4, seed=4) for step in range(5)), [])
+    assert tasks_of_step(tasks, 1, 4, seed=3, shuffle=False) == [4, 5, 6, 7]

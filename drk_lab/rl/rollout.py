@@ -30,6 +30,7 @@ experiments use it to put known-good kernels into a batch.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -202,6 +203,20 @@ class TokenTurns:
                 self.stop_text.get(completion.token_ids[-1]) if ended else None))
         e.tokens.append(TurnTokens(e.prompt(), list(completion.token_ids), list(completion.logprobs), glue,
                                    bool(completion.extra.get("forced"))))
+
+
+def tasks_of_step(tasks: list, step: int, per_step: int, seed: int, shuffle: bool = True) -> list:
+    """The `per_step` tasks of RL step `step`: passes over `tasks`, each in an order drawn from the seed
+    and the pass. A pure function of the step, so a resumed run repeats it, and a run's prompts are known
+    before it starts (their baselines can be measured ahead)."""
+    chosen = []
+    for j in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(j, len(tasks))
+        order = list(range(len(tasks)))
+        if shuffle:
+            random.Random(seed * 7919 + epoch).shuffle(order)
+        chosen.append(tasks[order[pos]])
+    return chosen
 
 
 def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: ContextSchedule | None = None,

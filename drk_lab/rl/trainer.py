@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import random
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,7 +55,7 @@ from drk_lab.rl.advantages import batch_advantages, returns_to_go
 from drk_lab.rl.batch import SequenceBatch, build_batch
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
-from drk_lab.rl.rollout import TokenPolicy, collect_rollouts
+from drk_lab.rl.rollout import TokenPolicy, collect_rollouts, tasks_of_step
 from drk_lab.rl.sampler import StaticCachePolicy
 from drk_lab.rl.settings import RLSettings
 from drk_lab.rl.runlog import LOSS_METRICS, RunLog, step_row
@@ -205,15 +204,9 @@ class RLTrainer:
 
     # -- one step --------------------------------------------------------------------------------
     def step_tasks(self, step: int) -> list:
-        """This process's tasks for `step` (a pure function of the step and seed, so resuming repeats it)."""
-        n, k = len(self.tasks), self.settings.prompts_per_step
-        chosen = []
-        for j in range(step * k, (step + 1) * k):
-            epoch, pos = divmod(j, n)
-            order = list(range(n))
-            if self.settings.shuffle_tasks:
-                random.Random(self.settings.seed * 7919 + epoch).shuffle(order)
-            chosen.append(self.tasks[order[pos]])
+        """This process's share of the tasks of `step` (rollout.tasks_of_step)."""
+        k = self.settings.prompts_per_step
+        chosen = tasks_of_step(self.tasks, step, k, self.settings.seed, self.settings.shuffle_tasks)
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         return chosen[rank * k // world:(rank + 1) * k // world]
 
