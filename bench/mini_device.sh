@@ -8,7 +8,7 @@
 #                                                             # shuffled within each group and turn
 #   RL_SEEDS="1 2" bash bench/mini_device.sh 585           # then TRLOO again from the same SFT model, per seed
 #   TAG=trloo_lr1e-4 bash bench/mini_device.sh 585 --set rl_lr=1e-4   # another TRLOO arm from the same SFT model
-#   TAG=trloo_long ABLATION=none bash bench/mini_device.sh 470 --set rl_budget_s=840 --set rl_snapshot_step=6
+#   TAG=trloo_long ABLATION=none bash bench/mini_device.sh 470 --set rl_budget_s=780 --set rl_snapshot_step=6
 #                                    # one long TRLOO arm, evaluated at its end and after its sixth step
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
 # says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
