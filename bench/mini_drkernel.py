@@ -431,8 +431,8 @@ def phase_baselines(args, settings, out: Path) -> dict:
              for t in tasks_of_step(train, step, settings.prompts_per_step, settings.rl_seed)]
     evaluated = rl_tasks(args, "heldout", settings.eval_heldout, settings) + rl_tasks(args, "train", settings.eval_seen, settings)
     tasks = list({t.name: t for t in drawn + evaluated}.values())
-    # the same key as the evaluations' own baselines (eval_kwargs: timing trials, no torch.compile)
-    found = ensure_baselines(tasks, timing_trials=settings.timing_trials, compile_baseline=False)
+    timing = eval_kwargs(settings)  # the evaluations' own timing settings, so that the cache keys match
+    found = ensure_baselines(tasks, timing_trials=timing["timing_trials"], compile_baseline=timing["compile_baseline"])
     return {"tasks": len(tasks), "rl_steps": settings.rl_steps,
             "failed": {t.name: b.get("error") for t, b in zip(tasks, found) if not b.get("eager")}}
 
