@@ -108,14 +108,16 @@ def test_mini_drkernel(tmp_path):
     assert "solved_only_after" in text and "same_first_reply" in text and "task_sign_test_p" in text  # RL vs SFT
     assert "static cache" in text and "decode loop" in text  # the generation bench
     assert "aten::bmm" in text  # one-token attention as batched products, among a step's top operators
-    assert "rl_trloo: steps" in text  # RL's step seconds across calls
+    assert "rl_trloo_long: steps" in text  # RL's step seconds across calls
     # every recorded H200 run's RL checkpoints, then their sums ("all"); the CPU smoke run is not among them
     assert "mini_h200_pool64/rl_trloo_seed2" in text and "mini_h200_in_group_control/rl_trloo" in text
     assert "mini_cpu_smoke/" not in text and "<td>all</td>" in text
     # the controls are no RL checkpoints, whichever of the two shuffles
     assert "mini_h200_shuffled_control/rl_shuffled" not in text and "control/rl_shuffled_in_group" not in text
     assert "correct_kept" in text  # what turn 2 made of turn 1
-    assert "<td>rl_shuffled_in_group</td>\n      <td>rl_trloo</td>" in text  # the default run's control against TRLOO
+    # the default run's snapshot after step 6 against the arm's end; the pooled table leaves the snapshot out
+    assert "<td>rl_trloo_long_step6</td>\n      <td>rl_trloo_long</td>" in text
+    assert "mini_h200_long_trloo/rl_trloo_long</td>" in text and "long_trloo/rl_trloo_long_step6" not in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
