@@ -16,6 +16,7 @@
 # that would pass the call's end and resumes next call, and is finished once its steps have used
 # rl_budget_s, so the evaluation after it can follow in the same call. The machine goes back 30 s after a
 # call ends: make the calls back to back (a call on a fresh machine starts the run over).
+# bench/mini_carry.sh carries runs/mini to a later machine, where an RL arm resumes with a larger rl_budget_s.
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), the evaluations' trajectories as
 # $OUT/trajectories.tar.xz, and the baselines measured so far as
 # $OUT/baselines.tgz: unpacked into .cache/ here and carried (.cache/baselines and .cache/copy_bandwidth.json

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -371,6 +372,83 @@ def test_rl_stops_on_its_budget_across_calls(smoke):
         "--set", "rl_seed=3")
     limited = read(run_dir / "rl_trloo_seed3.json")
     assert limited["steps_done"] == 1 and limited["stopped_by_time_limit"] and not limited["stopped_by_budget"]
+
+
+def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_path):
+    """bench/mini_carry.sh: the run's state leaves one machine in parts over several calls, comes back
+    here, travels to a fresh machine three parts a call and, checked against its checksum, is unpacked
+    there; the arm then resumes from its last checkpoint, and its new end is paired with its earlier
+    end (now named as a point of the arm). Each folder is a repository copy holding only the script."""
+    carry = REPO / "bench" / "mini_carry.sh"
+
+    def machine(name):
+        root = tmp_path / name
+        (root / "bench").mkdir(parents=True)
+        shutil.copy(carry, root / "bench")
+        return root
+
+    def sh(root, *args, out=None, check=True):
+        env = {**os.environ, "TAG": "trloo", "PART_SIZE": "200K", "OUT": str(out or tmp_path)}
+        done = subprocess.run(["bash", str(root / "bench" / "mini_carry.sh"), *args], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert done.returncode == 0 or not check, done.stderr
+        return done
+
+    first, here, fresh = machine("first"), machine("here"), machine("fresh")
+    shutil.copytree(smoke / "run", first / "runs" / "mini")
+    step = read(first / "runs" / "mini" / "rl_trloo.json")["steps_done"]
+    calls = []
+    for k in range(10):
+        (out := tmp_path / f"out{k}").mkdir()
+        said = sh(first, "out", str(k), out=out).stdout
+        calls.append(sorted(p.name for p in out.iterdir()))
+        sh(here, "keep", str(out))
+        if "all parts are out" in said:
+            break
+    parts = int((here / ".carry" / "parts" / "manifest").read_text().split("parts=")[1].split()[0])
+    assert len(calls) > 1 and all(len(names) <= 6 for names in calls)  # at most 5 parts and the manifest a call
+    assert sum(len(names) - 1 for names in calls) == parts
+    # the first call's parts put together: the arm's last checkpoint and no other, none of the models
+    # no later phase reads, and the arm's end renamed as its earlier point
+    import io
+    import tarfile
+
+    stream = b"".join(p.read_bytes() for p in sorted((here / ".carry" / "parts").glob("part-*")))
+    names = set(tarfile.open(fileobj=io.BytesIO(stream), mode="r:gz").getnames())
+    checkpoints = sorted(n for n in names if n.startswith("./rl_trloo/ckpt/step_") and n.count("/") == 3)
+    assert checkpoints == [f"./rl_trloo/ckpt/step_{step:06d}"]
+    assert "./sft/model.safetensors" in names and "./init/config.json" in names
+    assert not any("/model/" in n or n.startswith("./pretrain/") or n == "./init/model.safetensors" for n in names)
+    assert {f"./rl_trloo_step{step}.json", f"./eval_rl_trloo_step{step}.json",
+            f"./eval_rl_trloo_step{step}_heldout.jsonl"} <= names
+    assert "./rl_trloo.json" not in names and "./eval_rl_trloo_heldout.jsonl" not in names
+    # to the fresh machine: three parts a call; the last call unpacks
+    sent = []
+    while True:
+        said = sh(here, "next", check=False)
+        if said.returncode:
+            assert "every part was sent already" in said.stderr and len(said.stderr.splitlines()) == 1
+            break
+        shutil.rmtree(fresh / ".carry", ignore_errors=True)
+        shutil.copytree(here / ".carry" / "next", fresh / ".carry" / "next")
+        sent.append(sh(fresh, "in").stdout)
+    assert len(sent) == -(-parts // 3) and "unpacked" in sent[-1] and "unpacked" not in sent[0]
+    run_dir = fresh / "runs" / "mini"
+    assert not (fresh / "runs" / "carried").exists()
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--set", f"rl_steps={step + 1}")
+    resumed = read(run_dir / "rl_trloo.json")
+    assert resumed["steps_done"] == step + 1 and resumed["resumed"]
+    metrics = (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in metrics] == list(range(1, step + 2))
+    run("--smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", "rl_trloo",
+        "--set", "stts_tasks=0", "--set", "eval_builtin_levels=()")
+    assert f"rl_trloo_step{step}" in read(run_dir / "eval_rl_trloo.json")["heldout"]["paired_with_rl"]
+    # parts that do not add up to the manifest's checksum are refused, and nothing is unpacked
+    broken = machine("broken")
+    shutil.copytree(here / ".carry" / "parts", broken / ".carry" / "next")
+    (broken / ".carry" / "next" / "part-000").write_bytes(b"not the run")
+    said = sh(broken, "in", check=False)
+    assert said.returncode == 1 and "checksum differs" in said.stderr and not (broken / "runs" / "mini").exists()
 
 
 @pytest.mark.parametrize("args, message", [
