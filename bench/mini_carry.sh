@@ -82,7 +82,8 @@ case ${1:-} in
     have=$(ls runs/carried | grep -c part-)
     if [ "$have" -lt "$parts" ]; then echo "$have of $parts parts here"; exit 0; fi
     [ "$(cat runs/carried/part-* | sha256sum | cut -d' ' -f1)" = "$(grep -oP '^sha256=\K.*' runs/carried/manifest)" ] \
-      || { echo "mini_carry: the parts' checksum differs from the manifest's; carry them again" >&2; exit 1; }
+      || { rm -rf runs/carried; echo "mini_carry: the parts' checksum differs from the manifest's;" \
+             "send them all again (remove .carry/sent here)" >&2; exit 1; }
     [ ! -e $run ] || { echo "mini_carry: $run exists already; a carried run goes to a fresh machine" >&2; exit 2; }
     mkdir -p $run && cat runs/carried/part-* | gunzip | tar xf - -C $run && rm -rf runs/carried
     echo "unpacked: $run holds rl_$(grep -oP '^tag=\K.*' .carry/next/manifest) at step $(grep -oP '^step=\K.*' .carry/next/manifest)"

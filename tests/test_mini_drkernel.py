@@ -449,6 +449,7 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
     (broken / ".carry" / "next" / "part-000").write_bytes(b"not the run")
     said = sh(broken, "in", check=False)
     assert said.returncode == 1 and "checksum differs" in said.stderr and not (broken / "runs" / "mini").exists()
+    assert not (broken / "runs" / "carried").exists()  # the broken parts are not kept for the next try
 
 
 @pytest.mark.parametrize("args, message", [
