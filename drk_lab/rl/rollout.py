@@ -209,13 +209,15 @@ def tasks_of_step(tasks: list, step: int, per_step: int, seed: int, shuffle: boo
     """The `per_step` tasks of RL step `step`: passes over `tasks`, each in an order drawn from the seed
     and the pass. A pure function of the step, so a resumed run repeats it, and a run's prompts are known
     before it starts (their baselines can be measured ahead)."""
+    orders = {}  # one shuffle per pass the step touches (at most two), not one per task
     chosen = []
     for j in range(step * per_step, (step + 1) * per_step):
         epoch, pos = divmod(j, len(tasks))
-        order = list(range(len(tasks)))
-        if shuffle:
-            random.Random(seed * 7919 + epoch).shuffle(order)
-        chosen.append(tasks[order[pos]])
+        if epoch not in orders:
+            orders[epoch] = list(range(len(tasks)))
+            if shuffle:
+                random.Random(seed * 7919 + epoch).shuffle(orders[epoch])
+        chosen.append(tasks[orders[epoch][pos]])
     return chosen
 
 
