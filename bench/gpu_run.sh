@@ -2,7 +2,8 @@
 # One device call on the H200: GPU tests and benchmark phases, logs and the baseline cache under $OUT.
 #   bench/gpu_run.sh tests latency:100 throughput:150 fresh:120 stability:200 hacks:recall hacks:false_positives overhead
 #   bench/gpu_run.sh service:540          # the service on one H200 (after installing .whl: bench/device_wheels.sh)
-#   bench/gpu_run.sh multigpu:540         # several GPUs: one Ray actor per GPU; rlmulti:540 the RL trainer on 1 and all
+#   bench/gpu_run.sh multigpu:540         # several GPUs: the service with one Ray actor per GPU, on one GPU and all
+#   RL_SERVE=1 bench/gpu_run.sh rlmulti:540   # the RL trainer on 1 GPU and all, evaluating through a Ray service
 # A step NAME:SECONDS runs bench/eval_speed.py NAME with that time limit. Carry .cache/baselines and
 # .cache/copy_bandwidth.json (from a previous $OUT/baselines.tgz) to skip recomputing the baselines.
 export PYTHONPATH=$PWD DRK_CACHE_DIR=$PWD/.cache
@@ -25,10 +26,10 @@ for step in "$@"; do
     # service*, multigpu, rlmulti need wheels: bench/device_wheels.sh here, then the install line it prints
     service:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/service_gpu.py ;;  # both phases
     multigpu:*) PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/service_gpu.py multi_gpu \
-            --multi-gpu-pool ${MULTI_GPU_POOL:-auto} ;;  # one Ray actor per GPU (threads: no Ray)
+            --copies ${COPIES:-8} --in-flight 16 --multi-gpu-pool ${MULTI_GPU_POOL:-auto} ;;  # threads: no Ray
     rlmulti:*) OUT=/tmp/rl_multi PYTHONPATH=/tmp/site:$PWD timeout ${step#*:} python bench/rl_multi_gpu.py \
-            --compare 1,$(nvidia-smi -L | wc -l) --random-hidden 1024 --random-layers 8 --steps ${RL_STEPS:-2} \
-            --prompts-per-gpu 2 --samples 4 --turns 2 --max-new-tokens 512 --force-solutions
+            --compare 1,$(nvidia-smi -L | wc -l) --random-hidden 1024 --random-layers 8 --steps ${RL_STEPS:-3} \
+            --prompts-per-gpu 2 --samples 4 --turns 2 --max-new-tokens 512 --force-solutions ${RL_SERVE:+--serve}
             cp /tmp/rl_multi/rl_multi_gpu.json $OUT/ ;;  # not the model and logs: few files come back from $OUT
     overhead) DRK_BENCH_REPEATS=1 timeout 150 python bench/hack_recall.py overhead ;;
     hacks:*) timeout ${T:-200} python bench/hack_recall.py ${step#hacks:} ;;

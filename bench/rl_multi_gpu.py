@@ -7,6 +7,8 @@
     accelerate launch --num_processes 8 bench/rl_multi_gpu.py --model ... --steps 3      # one run by hand
     python bench/rl_multi_gpu.py --compare 1,2 --steps 1 --prompts-per-gpu 1 --samples 2 --turns 1 \\
            --max-new-tokens 8 --force-solutions --dtype float32                        # the CPU smoke test
+    python bench/rl_multi_gpu.py --compare 1,2 --serve --random-hidden 1024 --random-layers 8 --steps 3 \
+           --prompts-per-gpu 2 --samples 4 --turns 2 --max-new-tokens 512 --force-solutions  # through Ray
 
 Weak scaling: every process takes --prompts-per-gpu prompts per step (each with --samples episodes),
 so K processes do K times the work of one; step time would stay flat with perfect scaling, and the
@@ -14,7 +16,9 @@ figure of merit is episodes per second. Each process generates, evaluates and tr
 episodes (trainer.py: a task's samples stay on one process, so the group baselines are local; the
 gradient is averaged over processes). Evaluation: without --backend each process evaluates through
 the harness's worker pool on its own GPU (cuda:LOCAL_RANK, sharing it with training); with --backend
-(a `drk serve` URL or another backend `drk.evaluate` accepts) every evaluation goes there.
+(a `drk serve` URL or another backend `drk.evaluate` accepts) every evaluation goes there; with
+--compare and --serve each K starts its own `drk serve --pool ray` with one Ray actor on each of the same
+K GPUs (--slots evaluations at once per actor), so training and evaluation share those K GPUs.
 
 --compare K1,K2,... launches `accelerate launch --num_processes K` once per K (without CUDA: torchrun with
 K processes and ACCELERATE_USE_CPU, since `accelerate launch --cpu` starts a single process) and
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -62,6 +67,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--force-solutions", action="store_true", help="sample 0 of each task answers turn 1 with its solution")
     p.add_argument("--backend", default=None, help="evaluate through this backend (a drk service URL) instead of locally")
+    p.add_argument("--serve", action="store_true",
+                   help="with --compare: each run of K processes evaluates through its own `drk serve --pool ray` "
+                        "(one Ray actor on each of the same K GPUs)")
+    p.add_argument("--slots", type=int, default=16, help="--serve: evaluations at once per Ray actor")
     p.add_argument("--timing-trials", type=int, default=20)
     p.add_argument("--correctness-trials", type=int, default=3)
     p.add_argument("--port", type=int, default=29517, help="accelerate's main process port for --compare")
@@ -97,7 +106,7 @@ def run_once(args: argparse.Namespace) -> None:
 
     eval_kwargs = {"correctness_trials": args.correctness_trials, "timing_trials": args.timing_trials}
     if args.backend:
-        eval_kwargs["backend"] = args.backend  # needs drk.evaluate's backend= (the service)
+        eval_kwargs["backend"] = args.backend  # KernelEnv evaluates through drk.evaluate(backend=...)
     else:
         eval_kwargs["device"] = f"cuda:{accelerator.local_process_index}" if cuda else "cpu"
     k = accelerator.num_processes
@@ -136,10 +145,17 @@ def compare(args: argparse.Namespace, counts: list[int]) -> None:
     if "--compare" in sys.argv:  # "--compare 1,8" as two words
         i = sys.argv.index("--compare")
         forwarded = sys.argv[1:i] + sys.argv[i + 2:]
+    forwarded = [a for a in forwarded if a != "--serve"]
     OUT.mkdir(parents=True, exist_ok=True)
     results = []
     for k in counts:
         env = {**os.environ, "OUT": str(OUT)}
+        server = None
+        if args.serve:
+            server, url, env["DRK_SERVICE_TOKEN"] = ray_service(k, args.slots, cpu)
+            forwarded_k = [*forwarded, "--backend", url]
+        else:
+            forwarded_k = forwarded
         if cpu:  # accelerate launch --cpu starts one process whatever --num_processes says; torchrun starts K
             launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(k)]
             env["ACCELERATE_USE_CPU"] = "true"
@@ -147,10 +163,16 @@ def compare(args: argparse.Namespace, counts: list[int]) -> None:
             launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(k), "--num_machines",
                       "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(args.port)]
             launch += ["--multi_gpu"] if k > 1 else []
-        proc = subprocess.run([*launch, __file__, *forwarded], env=env)
+        try:
+            proc = subprocess.run([*launch, __file__, *forwarded_k], env=env)
+        finally:
+            if server is not None:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=120)
         if proc.returncode != 0:
             sys.exit(f"the run with {k} processes failed (exit status {proc.returncode})")
-        results.append(json.loads((OUT / f"rl_multi_gpu_{k}.json").read_text()))
+        results.append(json.loads((OUT / f"rl_multi_gpu_{k}.json").read_text()) | {"evaluation": (
+            f"drk serve --pool ray, {k} actor(s) x {args.slots} slots" if args.serve else args.backend or "local")})
     base = results[0]["episodes_per_s"]
     summary = [{"processes": r["processes"], "step_s": r["median_after_first_step"]["time/step_s"],
                 **{k.removeprefix("time/"): v for k, v in r["median_after_first_step"].items() if k != "time/step_s"},
@@ -159,6 +181,17 @@ def compare(args: argparse.Namespace, counts: list[int]) -> None:
     for s in summary:
         print(f"{s['processes']} processes: {s['step_s']:.1f} s per step, {s['episodes_per_s']:.2f} episodes/s, "
               f"{s['speedup']:.2f}x the first")
+
+
+def ray_service(k: int, slots: int, cpu: bool) -> tuple[subprocess.Popen, str, str]:
+    """`drk serve --pool ray` on 127.0.0.1 with one actor on each of GPUs 0..k-1 (k CPU actors without CUDA);
+    the server, its URL and its token."""
+    from service_gpu import TOKEN, start_server
+
+    where = ["--device", "cpu", "--workers", str(k)] if cpu else []
+    server, url = start_server("--pool", "ray", "--slots", str(slots), *where,
+                               env={"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(k))})
+    return server, url, TOKEN
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ machine with several GPUs, one Ray actor per GPU (per-GPU and total throughput, 
 
     OUT=out python bench/service_gpu.py                       # both phases (multi_gpu skips on one GPU)
     OUT=out python bench/service_gpu.py throughput --copies 2 --in-flight 8
-    OUT=out python bench/service_gpu.py multi_gpu [--multi-gpu-pool threads]   # threads: no Ray needed
+    OUT=out python bench/service_gpu.py multi_gpu --copies 8 --in-flight 16    # 264 fresh candidates a pass
 
 throughput: the built-in suite's solutions (all levels, full size, timing and profiling on) plus `--copies`
 fresh variants of each (a unique comment in every kernel body: never seen by Triton's cache, as a model's
@@ -11,11 +11,13 @@ new answer would be). Baselines are measured first, so no phase pays for them. T
 variants of the same solutions: (1) drk.evaluate_many in this process, `--in-flight` at once; (2) the same
 through `drk serve --pool local --slots N` on 127.0.0.1 (HTTP, store, job table); (3) through
 `drk serve --pool ray` (one actor per GPU); (4) pass (2)'s candidates again: all answered from the store.
-multi_gpu: RayPool on every GPU; each actor gets an equal share of fresh candidates; per-GPU
-evaluations/s, the total, and one solution (softmax, layernorm) timed on each GPU (median runtime per GPU
-and the spread across GPUs). Without Ray (or with `--multi-gpu-pool threads`): the same measurement with one
-drk.evaluate_many(device="cuda:N") per GPU, each in its own thread of this process. Writes
-$OUT/service_gpu.json. Ray and FastAPI on a machine without network: bench/device_wheels.sh, docs/service.md.
+multi_gpu: `drk serve --pool ray` (one Ray actor per GPU) on GPU 0 alone and then on every GPU, each
+warmed with the suite's solutions and then given `--copies` fresh variants of each: evaluations/s per GPU
+and in all, the scaling efficiency (all GPUs' rate / (GPUs x one GPU's rate)), and on every GPU repeats of
+one solution (softmax, layernorm): whether its runtime differs across GPUs by more than its repeats spread
+on one. Without Ray (or with `--multi-gpu-pool threads`): one drk.evaluate_many(device="cuda:N") per GPU,
+each in its own thread of this process. Writes $OUT/service_gpu.json. Ray and FastAPI on a machine
+without network: bench/device_wheels.sh, docs/service.md.
 """
 
 from __future__ import annotations
@@ -70,11 +72,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(*args: str) -> tuple[subprocess.Popen, str]:
+def start_server(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     store = os.path.join(tempfile.mkdtemp(prefix="drk_gpu_bench_"), "store.sqlite")
     proc = subprocess.Popen([sys.executable, "-m", "drk_lab.cli", "serve", "--port", str(port), "--store", store, *args],
-                            env={**os.environ, "DRK_SERVICE_TOKEN": TOKEN}, start_new_session=True)
+                            env={**os.environ, "DRK_SERVICE_TOKEN": TOKEN, **(env or {})}, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(1200):
         if proc.poll() is not None:
@@ -150,7 +152,7 @@ def phase_multi_gpu(copies: int, in_flight: int, pool_kind: str = "auto") -> dic
         return {"skipped": f"{gpus} GPU(s): one evaluator per GPU needs several"}
     if pool_kind == "threads" or (pool_kind == "auto" and not have_ray()):
         return {"pool": "threads"} | per_device_threads([f"cuda:{i}" for i in range(gpus)], copies, in_flight)
-    return {"pool": "ray"} | ray_actors(gpus, copies, in_flight)
+    return {"pool": "ray service"} | ray_service(gpus, copies, in_flight)
 
 
 def per_device_threads(devices: list[str], copies: int, in_flight: int, pairs: list[tuple] | None = None,
@@ -190,43 +192,74 @@ def spread(times: list) -> dict:
             "spread_pct": round(100 * (max(times) - min(times)) / min(times), 2) if all(times) else None}
 
 
-def ray_actors(gpus: int, copies: int, in_flight: int) -> dict:
-    """One RayPool actor per GPU, each with an equal share of fresh candidates."""
-    import ray
+def ray_service(gpus: int, copies: int, in_flight: int, repeats: int = 6, pairs: list[tuple] | None = None,
+                device: str = "cuda") -> dict:
+    """`drk serve --pool ray` on GPU 0 alone, then on all GPUs (one actor each, CUDA_VISIBLE_DEVICES), each
+    server warmed with the suite's solutions and then given its own fresh candidates; per-GPU counts come
+    from each result's "ran on Ray actor" note. On all GPUs, `repeats` fresh variants of one solution per
+    GPU say whether a kernel times the same on every GPU, against the spread of its repeats on one.
+    device="cpu" (the test) runs `gpus` CPU actors instead and times nothing."""
+    base = pairs or solutions()
+    report = {"gpus": gpus, "candidates_per_pass": len(base) * copies, "slots_per_gpu": in_flight}
+    for k in sorted({1, gpus}):
+        where = (["--device", "cpu", "--workers", str(k)] if device == "cpu" else [])
+        proc, url = start_server("--pool", "ray", "--slots", str(in_flight), *where,
+                                 env={"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(k))})
+        client = ServiceClient(url, token=TOKEN, timeout_s=600)
+        try:
+            t0 = time.monotonic()
+            run = {"warm_up": summary(client.evaluate_many(base, **OPTIONS), time.monotonic() - t0)}
+            t0 = time.monotonic()
+            results = client.evaluate_many(fresh(base, copies), **OPTIONS)
+            wall = time.monotonic() - t0
+            run["pass"] = summary(results, wall) | {"per_gpu": per_gpu(results, wall)}
+            if k == gpus > 1 and device != "cpu":
+                run["same_kernel_each_gpu"] = {name: same_kernel(client, base, name, repeats * k)
+                                               for name in ("08_softmax", "10_layernorm")}
+            run["workers"] = client.workers()
+        finally:
+            client.close()
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=120)
+        report[f"{k}_gpu"] = run
+        save({"multi_gpu (partial)": report})
+    one, every = report["1_gpu"]["pass"]["evaluations_per_s"], report[f"{gpus}_gpu"]["pass"]["evaluations_per_s"]
+    report["scaling_efficiency"] = round(every / (gpus * one), 3)  # 1.0: all GPUs do gpus times one GPU's work
+    return report
 
-    from drk_lab.service.ray_pool import RayPool
 
-    pool = RayPool(device="cuda", slots=in_flight)
-    base = solutions()
-    pool.evaluate_many(base, **OPTIONS)  # baselines on every GPU (each actor measures its own)
-    for actor in pool.actors:  # and on every GPU, not only the ones the first pass reached
-        ray.get([actor.evaluate.remote(t.to_dict(), c, OPTIONS) for t, c in base[:3]])
-    share = fresh(base, copies)
-    per_gpu = {}
+def gpu_of(result) -> str:
+    """"GPU 1" from the note "ran on Ray actor 0 (host h, GPU 1)"; "actor 0" for an actor on the CPU."""
+    note = next(n for n in result.notes if n.startswith("ran on Ray actor"))
+    actor, _, where = note.removeprefix("ran on Ray ").partition(" (")
+    return "GPU " + where.partition("GPU ")[2].rstrip(")") if "GPU " in where else actor
 
-    def run_on(index: int) -> None:
-        actor = pool.actors[index]
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(in_flight) as threads:
-            results = [drk.EvalResult.from_dict(d) for d in threads.map(
-                lambda pair: ray.get(actor.evaluate.remote(pair[0].to_dict(), fresh_kernel(pair[1]), OPTIONS)), share)]
-        per_gpu[index] = {**pool.infos[index], **summary(results, time.monotonic() - t0)}
 
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(len(pool.actors)) as actors:
-        list(actors.map(run_on, range(len(pool.actors))))
-    total_wall = time.monotonic() - t0
-    same_kernel = {}
-    for name in ("08_softmax", "10_layernorm"):
-        task = next(t for t in drk.builtin_tasks(level=1) if t.name == name)
-        code = drk.builtin_solution(task)
-        runs = ray.get([a.evaluate.remote(task.to_dict(), code, {"timing_trials": 200}) for a in pool.actors])
-        same_kernel[name] = spread([r["runtime_ms"] for r in runs]) | {"gpus": [i["gpu"] for i in pool.infos]}
-    pool.close()
-    return {"gpus": gpus, "actors": len(per_gpu), "per_gpu": list(per_gpu.values()),
-            "total": {"evaluations": len(share) * len(per_gpu), "wall_s": round(total_wall, 2),
-                      "evaluations_per_s": round(len(share) * len(per_gpu) / total_wall, 3)},
-            "same_kernel_each_gpu": same_kernel}
+def per_gpu(results: list, wall: float) -> dict:
+    """Evaluations each GPU finished in the pass, and its rate over the pass's wall time."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[gpu_of(r)] = counts.get(gpu_of(r), 0) + 1
+    return {gpu: {"evaluations": n, "evaluations_per_s": round(n / wall, 3)} for gpu, n in sorted(counts.items())}
+
+
+def same_kernel(client: ServiceClient, base: list[tuple], name: str, count: int) -> dict:
+    """`count` fresh variants of one solution at once (each GPU gets about as many); per GPU its runtimes,
+    their median and spread; across GPUs the medians' difference, which agrees when it is within the
+    largest spread of one GPU's repeats."""
+    task, code = next((t, c) for t, c in base if t.name == name)
+    results = client.evaluate_many([(task, fresh_kernel(code)) for _ in range(count)], progress=False,
+                                   **(OPTIONS | {"timing_trials": 200}))
+    runs: dict[str, list[float]] = {}
+    for r in results:
+        runs.setdefault(gpu_of(r), []).append(r.runtime_ms)
+    per = {gpu: {"runtime_ms": times, "median_ms": statistics.median(times),
+                 "spread_pct": round(100 * (max(times) - min(times)) / statistics.median(times), 2)}
+           for gpu, times in sorted(runs.items())}
+    medians = [p["median_ms"] for p in per.values()]
+    across = round(100 * (max(medians) - min(medians)) / min(medians), 2)
+    return {"per_gpu": per, "across_gpus_pct": across, "one_gpu_spread_pct": max(p["spread_pct"] for p in per.values()),
+            "agrees": across <= max(p["spread_pct"] for p in per.values())}
 
 
 def main() -> None:

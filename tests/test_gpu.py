@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import drk_lab as drk
 from drk_lab.quickstart import HACKS_DIR, load_variants
@@ -44,6 +45,24 @@ def test_gpu_failures_are_classified_and_the_next_evaluation_is_right(variant, t
     assert result.error_kind == variant.expect, result.error
     follow_up = drk.evaluate(relu, relu_solution, timing_trials=10)
     assert follow_up.ok and follow_up.timings_valid, follow_up.error
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpus_at_once_a_crash_on_one_leaves_the_other_right(tasks, relu, relu_solution):
+    """Each GPU has its own worker pool and lock: GPU 1 evaluates while GPU 0 times, and a kernel that
+    corrupts GPU 1's context changes nothing on GPU 0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    wild = next(v for v in GPU_VARIANTS if v.name == "illegal_address")
+    jobs = [("cuda:0", relu_solution), ("cuda:1", wild.code), ("cuda:1", relu_solution), ("cuda:0", relu_solution)]
+    with ThreadPoolExecutor(4) as threads:
+        results = list(threads.map(lambda job: drk.evaluate(relu, job[1], device=job[0], timing_trials=50), jobs))
+    assert [r.error_kind for r in results] == [None, "cuda_illegal_access", None, None], [r.error for r in results]
+    good = [r for r in results if r.ok]
+    assert all(r.timings_valid for r in good)
+    times = [r.runtime_ms for r in good]
+    assert max(times) < 1.2 * min(times), times  # the same kernel on two H200s
+    assert results[2].worker_pid not in {results[0].worker_pid, results[3].worker_pid}  # GPU 1's own pool
 
 
 def test_hang_inside_a_kernel_times_out(relu, relu_solution):

@@ -66,6 +66,9 @@ def test_evaluate_many_on_ray_matches_the_local_evaluator(pool, tasks, relu_smal
     assert [(r.correct, r.error_kind, r.seeds) for r in results] == [(r.correct, r.error_kind, r.seeds) for r in local]
     assert [r.correct for r in results] == [True, False, True, False]
     assert len(pool.actors) == 2 and {w["device"] for w in pool.workers()} == {"cpu"}
+    # each result names its actor (a multi-GPU run counts per GPU by it); 4 pairs on 2x2 slots reach both
+    assert {r.notes[-1] for r in results} == {ray_pool.ran_on(i, info) for i, info in enumerate(pool.infos)}
+    assert pool.infos[0]["gpu"] == "" and results[0].notes[-1].endswith(", cpu)")
     one = drk.evaluate(relu_small, relu_solution, backend="ray", seed=3)
     assert one.correct and one.seeds == local[0].seeds
 

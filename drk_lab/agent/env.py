@@ -14,15 +14,14 @@ from drk_lab.agent.extraction import extract_code, no_code_result
 from drk_lab.agent.feedback import format_feedback
 from drk_lab.agent.prompts import initial_prompt
 from drk_lab.agent.rewards import get_reward
-from drk_lab.harness.evaluate import evaluate
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import Task
 
 
 class KernelEnv:
     """One task, several turns: each step extracts the code of a reply, evaluates it, scores it and
-    answers with feedback. `eval_kwargs` go to drk_lab.harness.evaluate (device, timing, correctness_trials,
-    timeout_s, ...). `messages` holds the whole conversation (system prompt if any, the prompt, then
+    answers with feedback. `eval_kwargs` go to drk_lab.evaluate (device, timing, correctness_trials,
+    timeout_s, ..., and `backend`: a `drk serve` URL or "ray" evaluates elsewhere). `messages` holds the whole conversation (system prompt if any, the prompt, then
     assistant reply / user feedback pairs; the last reply has no feedback message after it)."""
 
     def __init__(self, task: Task, max_turns: int = 3, reward_fn="drkernel", tokenizer=None,
@@ -52,6 +51,11 @@ class KernelEnv:
         self.done = False
         return self.prompt
 
+    def evaluate(self, code: str) -> EvalResult:
+        import drk_lab  # imported here: the package imports this module; its evaluate picks the backend
+
+        return drk_lab.evaluate(self.task, code, **self.eval_kwargs)
+
     def reached_target(self, result: EvalResult) -> bool:
         return (self.target_speedup is not None and result.ok and result.timings_valid
                 and result.speedup is not None and result.speedup >= self.target_speedup)
@@ -67,7 +71,7 @@ class KernelEnv:
         self.turn += 1
         self.messages.append({"role": "assistant", "content": response})
         code, extraction = extract_code(response, finish_reason)
-        result = evaluate(self.task, code, **self.eval_kwargs) if code is not None else no_code_result(extraction)
+        result = self.evaluate(code) if code is not None else no_code_result(extraction)
         reward = float(self.reward_fn(result))
         self.done = self.turn >= self.max_turns or self.reached_target(result)
         feedback = format_feedback(result, self.feedback_tokens, self.tokenizer, request=not self.done)

@@ -66,6 +66,11 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
+def ran_on(index: int, info: dict) -> str:
+    """The note that says which actor, machine and GPU ran an evaluation (a multi-GPU run counts by it)."""
+    return f"ran on Ray actor {index} (host {info['host']}" + (f", GPU {info['gpu']})" if info["gpu"] else ", cpu)")
+
+
 class RayPool:
     """Actors on a Ray cluster and the free slots among them; thread-safe."""
 
@@ -181,7 +186,7 @@ class RayPool:
             finally:
                 self.give_back(index)
             result = EvalResult.from_dict(data)
-            result.notes = result.notes + notes
+            result.notes = result.notes + notes + [ran_on(index, self.infos[index])]
             return result
         return EvalResult(error_kind="worker_crash", error=f"the evaluation's Ray actor died {RETRIES + 1} times",
                           notes=notes)
