@@ -7,7 +7,7 @@
     accelerate launch --num_processes 8 bench/rl_multi_gpu.py --model ... --steps 3      # one run by hand
     python bench/rl_multi_gpu.py --compare 1,2 --steps 1 --prompts-per-gpu 1 --samples 2 --turns 1 \\
            --max-new-tokens 8 --force-solutions --dtype float32                        # the CPU smoke test
-    python bench/rl_multi_gpu.py --compare 1,2 --serve --random-hidden 1024 --random-layers 8 --steps 3 \
+    python bench/rl_multi_gpu.py --compare 1,2 --serve --random-hidden 1024 --random-layers 8 --steps 3 \\
            --prompts-per-gpu 2 --samples 4 --turns 2 --max-new-tokens 512 --force-solutions  # through Ray
 
 Weak scaling: every process takes --prompts-per-gpu prompts per step (each with --samples episodes),

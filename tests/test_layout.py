@@ -28,14 +28,15 @@ LOWER_HARNESS = {"drk_lab.harness." + m for m in ("correctness", "failures", "la
 ALLOWED = {
     "drk_lab.hacks": LOWER_HARNESS,
     "drk_lab.harness": {"drk_lab.hacks"},
-    "drk_lab.agent": {"drk_lab.harness", "drk_lab.hacks"},
+    "drk_lab.agent": {"drk_lab.harness", "drk_lab.hacks", "drk_lab.service.backends"},
     "drk_lab.policies": {"drk_lab.agent", "drk_lab.harness"},
     "drk_lab.rl": {"drk_lab.agent", "drk_lab.policies", "drk_lab.harness", "drk_lab.hacks"},
     "drk_lab.viz": {"drk_lab.agent", "drk_lab.harness", "drk_lab.hacks", "drk_lab.rl"},
     "drk_lab.data": {"drk_lab.agent", "drk_lab.harness", "drk_lab.policies", "drk_lab.rl"},
     # above the service, like the command line: verl's reward function evaluates through the service's client
     "drk_lab.integrations": {"drk_lab.rl", "drk_lab.agent", "drk_lab.harness", "drk_lab.service"},
-    # beside the harness: it runs the local evaluator; only the public API, the cli and integrations reach it
+    # beside the harness: it runs the local evaluator; the public API, the cli, integrations and (through
+    # backends alone) KernelEnv reach it
     "drk_lab.service": {"drk_lab.harness", "drk_lab.hacks"},
 }
 
@@ -164,10 +165,12 @@ def test_only_the_public_api_and_the_command_line_reach_the_service():
     """The service sits beside the harness: no package below it (or beside it) imports it, so the local
     evaluator never knows it exists and `import drk_lab` needs neither FastAPI nor Ray. The integrations
     sit above it like the command line (verl's reward function is a client of the service, and nothing in
-    drk_lab imports them), so they may."""
+    drk_lab imports them), so they may; the environment reaches only `backends`, which picks the evaluator
+    a `backend=` names."""
     for module, targets in GRAPH.items():
         if package_of(module) not in ("drk_lab.service", "drk_lab", "drk_lab.integrations"):
-            assert not any(package_of(t) == "drk_lab.service" for t in targets), module
+            reached = {t for t in targets if package_of(t) == "drk_lab.service"}
+            assert reached <= ({"drk_lab.service.backends"} if module == "drk_lab.agent.env" else set()), module
     import subprocess
     import sys
 

@@ -5,6 +5,7 @@ within a token budget), env (KernelEnv: reset / step), rewards (pure functions o
 context (which earlier turns a prompt holds; STTS), trajectory (Turn, Trajectory, JSONL), episodes (the
 one episode driver that `drk eval` and RL rollouts share), metrics (Fast@p, geomean, tables).
 
-May import: drk_lab.harness (evaluate, results, tasks) and drk_lab.hacks (the catalogue's sentences).
+May import: drk_lab.harness (evaluate, results, tasks), drk_lab.hacks (the catalogue's sentences) and
+drk_lab.service.backends (a KernelEnv given `backend=` evaluates on a Ray pool or a `drk serve` service).
 Policies plug in through a duck-typed generate(); nothing here imports a policy.
 """

@@ -16,13 +16,15 @@ from drk_lab.agent.prompts import initial_prompt
 from drk_lab.agent.rewards import get_reward
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import Task
+from drk_lab.service.backends import evaluator
 
 
 class KernelEnv:
     """One task, several turns: each step extracts the code of a reply, evaluates it, scores it and
     answers with feedback. `eval_kwargs` go to drk_lab.evaluate (device, timing, correctness_trials,
-    timeout_s, ..., and `backend`: a `drk serve` URL or "ray" evaluates elsewhere). `messages` holds the whole conversation (system prompt if any, the prompt, then
-    assistant reply / user feedback pairs; the last reply has no feedback message after it)."""
+    timeout_s, ..., and `backend`: a `drk serve` URL or "ray" evaluates elsewhere). `messages` holds the
+    whole conversation (system prompt if any, the prompt, then assistant reply / user feedback pairs; the
+    last reply has no feedback message after it)."""
 
     def __init__(self, task: Task, max_turns: int = 3, reward_fn="drkernel", tokenizer=None,
                  feedback_tokens: int = 2048, target_speedup: float | None = None,
@@ -52,9 +54,9 @@ class KernelEnv:
         return self.prompt
 
     def evaluate(self, code: str) -> EvalResult:
-        import drk_lab  # imported here: the package imports this module; its evaluate picks the backend
-
-        return drk_lab.evaluate(self.task, code, **self.eval_kwargs)
+        settings = dict(self.eval_kwargs)
+        with evaluator(settings.pop("backend", None)) as chosen:
+            return chosen.evaluate(self.task, code, **settings)
 
     def reached_target(self, result: EvalResult) -> bool:
         return (self.target_speedup is not None and result.ok and result.timings_valid
