@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -237,9 +238,7 @@ def gpu_of(result) -> str:
 
 def per_gpu(results: list, wall: float) -> dict:
     """Evaluations each GPU finished in the pass, and its rate over the pass's wall time."""
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[gpu_of(r)] = counts.get(gpu_of(r), 0) + 1
+    counts = Counter(gpu_of(r) for r in results)
     return {gpu: {"evaluations": n, "evaluations_per_s": round(n / wall, 3)} for gpu, n in sorted(counts.items())}
 
 
@@ -258,8 +257,8 @@ def same_kernel(client: ServiceClient, base: list[tuple], name: str, count: int)
            for gpu, times in sorted(runs.items())}
     medians = [p["median_ms"] for p in per.values()]
     across = round(100 * (max(medians) - min(medians)) / min(medians), 2)
-    return {"per_gpu": per, "across_gpus_pct": across, "one_gpu_spread_pct": max(p["spread_pct"] for p in per.values()),
-            "agrees": across <= max(p["spread_pct"] for p in per.values())}
+    noise = max(p["spread_pct"] for p in per.values())
+    return {"per_gpu": per, "across_gpus_pct": across, "one_gpu_spread_pct": noise, "agrees": across <= noise}
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from drk_lab.agent.env import KernelEnv
 from drk_lab.harness.caller import configure, shutdown
 from drk_lab.harness.result import ERROR_KINDS, EvalResult
 from drk_lab.harness.task import Task, TaskError, builtin_solution, builtin_tasks, load_task, load_tasks
-from drk_lab.service.backends import evaluator
+from drk_lab.service.backends import evaluator as _evaluator
 
 __all__ = ["ERROR_KINDS", "EvalResult", "KernelEnv", "Task", "TaskError", "builtin_solution", "builtin_tasks",
            "configure", "evaluate", "evaluate_many", "load_task", "load_tasks", "shutdown"]
@@ -25,12 +25,12 @@ def evaluate(task: Task | str, code: str, *, backend: str | None = None, **setti
     "local" (this machine's isolated workers), "ray" (one actor per GPU of a Ray cluster;
     drk_lab/service/ray_pool.py) or the URL of a `drk serve` service ("http://host:port"; the token from
     $DRK_SERVICE_TOKEN). Every backend gives the same EvalResult."""
-    with evaluator(backend) as chosen:
+    with _evaluator(backend) as chosen:
         return chosen.evaluate(task, code, **settings)
 
 
 def evaluate_many(pairs: list, max_in_flight: int | None = None, progress: bool = True, *,
                   backend: str | None = None, **settings) -> list[EvalResult]:
     """Evaluate many (task, code) pairs concurrently, results in the order given; backend as for evaluate."""
-    with evaluator(backend) as chosen:
+    with _evaluator(backend) as chosen:
         return chosen.evaluate_many(pairs, max_in_flight=max_in_flight, progress=progress, **settings)
