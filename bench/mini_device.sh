@@ -10,6 +10,7 @@
 #   TAG=trloo_lr1e-4 bash bench/mini_device.sh 585 --set rl_lr=1e-4   # another TRLOO arm from the same SFT model
 #   TAG=trloo_long ABLATION=none bash bench/mini_device.sh 470 --set rl_budget_s=780 --set rl_snapshot_step=6
 #                                    # one long TRLOO arm, evaluated at its end and after its sixth step
+#   CONTINUE=1 bash bench/mini_device.sh 585 ...   # a later call: stops at once on a fresh machine
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
 # says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
 # not fit in what is left of a call gives that time to RL steps instead; an RL phase stops before a step
@@ -33,6 +34,15 @@ tag=${TAG:-trloo}  # the TRLOO run's folder, rl_<tag>: other settings from the s
 filling=
 cd "$(dirname "$0")/.."
 run=runs/mini
+# CONTINUE=1 on every call that goes on with a run this machine should hold (a carried arm, a run's later
+# calls): if the machine went back between calls, the fresh one has no SFT model, and starting the whole
+# pipeline over would spend the call on a different run; stop at once, before runs/mini is made (which
+# would also stop bench/mini_carry.sh from unpacking a carried run into it)
+if [ "${CONTINUE:-}" ] && [ ! -f $run/sft/config.json ]; then
+  echo "mini_device: $run holds no SFT model, so this machine is not the one that held the run (CONTINUE is" \
+       "set): carry the run in again with bench/mini_carry.sh, or call without CONTINUE to start a new run" >&2
+  exit 2
+fi
 results=/tmp/mini_results
 mkdir -p "$results" "$run" runs/cache/baselines
 [ -d .cache/baselines ] && cp -n .cache/baselines/*.json runs/cache/baselines/ 2>/dev/null

@@ -298,7 +298,9 @@ def phase_genbench(args, settings, out: Path) -> dict:
 
 
 def phase_rl(args, settings, out: Path) -> dict:
-    from drk_lab.mini_report import chain_counts, shared_first_tokens
+    from collections import Counter
+
+    from drk_lab.mini_report import caught_hacks, chain_counts, shared_first_tokens
     from drk_lab.rl.trainer import RLTrainer
 
     start = need(out / "sft", "sft")
@@ -307,7 +309,7 @@ def phase_rl(args, settings, out: Path) -> dict:
     resume = "latest" if any(ckpt.glob("step_*/trainer.json")) else None
     items = rl_items(args, "train", settings.rl_prompts, settings)
     specs = {task.name: spec for spec, task in items}
-    counted = folder / "chain_per_step.jsonl"
+    counted, hacks = folder / "chain_per_step.jsonl", folder / "hacks.jsonl"
     trainer = RLTrainer(
         str(start), [task for _, task in items], seed=settings.rl_seed,
         prompts_per_step=settings.prompts_per_step, samples=settings.samples, turns=settings.turns,
@@ -343,6 +345,8 @@ def phase_rl(args, settings, out: Path) -> dict:
         counts = {"step": trainer.state.step, **chain_counts(rollout, specs), **shared_first_tokens(rollout)}
         with open(counted, "a") as f:
             f.write(json.dumps(counts) + "\n")
+        with open(hacks, "a") as f:  # what the caught replies were, to read beside the count the log has
+            f.writelines(json.dumps({"step": trainer.state.step, **row}) + "\n" for row in caught_hacks(rollout))
         if trainer.state.step == settings.rl_snapshot_step:
             trainer.export(out / f"rl_{args.tag}_step{trainer.state.step}" / "model")
         bar.update(1)
@@ -355,7 +359,9 @@ def phase_rl(args, settings, out: Path) -> dict:
             "steps_planned": settings.rl_steps, "resumed": resume is not None, "rl_seconds": spent,
             "stopped_by_budget": unfinished and not fits(spent, budget),
             "stopped_by_time_limit": unfinished and fits(spent, budget),
-            "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else []}
+            "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else [],
+            "hacks_by_check": Counter(reason for line in (hacks.read_text().splitlines() if hacks.exists() else [])
+                                      for reason in json.loads(line)["reasons"])}
     # the teacher's replies scored as after SFT (a few seconds): did RL unlearn them?
     done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
     return done

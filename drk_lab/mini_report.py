@@ -105,6 +105,16 @@ def chain_counts(trajectories, specs: dict) -> dict:
     return {"chain_replies": len(right), "chain_right": sum(right), "chain_to_keep": len(kept), "chain_kept": sum(kept)}
 
 
+def caught_hacks(trajectories) -> list[dict]:
+    """The replies the harness caught cheating, one row each: task, sample, turn, the checks that fired
+    (`reasons`), the harness's message and the code, to read what the policy tried (a count alone cannot
+    tell a deliberate shortcut from a reply cut short before its kernel launch)."""
+    return [{"task": t.task, "sample": t.sample, "turn": turn.index, "reasons": list(turn.result.hack_reasons),
+             "error": turn.result.error, "code": turn.code}
+            for t in trajectories for turn in t.turns
+            if turn.result is not None and (turn.result.hacked or turn.result.error_kind == "hacked")]
+
+
 def paired_comparison(base, trajectories) -> dict:
     """The same tasks and samples evaluated after two checkpoints (`base`, usually after SFT, and
     `trajectories`) with the same sampling seed: how many episodes are solved (correct in some turn) by

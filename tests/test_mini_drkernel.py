@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,26 @@ def test_shared_first_tokens_counts_each_replys_longest_prefix_with_a_sibling():
                                              "first_reply_tokens_common": 6}
 
 
+def test_caught_hacks_lists_each_caught_reply_with_its_checks_and_code():
+    """A reply the harness caught (hacked, or an error of kind "hacked") is a row with the checks that
+    fired and its code; correct, wrong and code-less replies are not."""
+    from drk_lab.agent.trajectory import Trajectory, Turn
+    from drk_lab.harness.result import EvalResult
+    from drk_lab.mini_report import caught_hacks
+
+    def episode(task, sample, *results):
+        return Trajectory(task, "prompt", [Turn(task, i, 0, [], 10, 40, "reply", "stop", "ok", f"code {task} {i}",
+                                                r, 0.0, "") for i, r in enumerate(results)], sample=sample)
+
+    decoy = EvalResult(compiled=True, hacked=True, hack_reasons=["kernel_not_launched"], error="no launch")
+    refused = EvalResult(compiled=False, error_kind="hacked", hack_reasons=["torch_in_forward"], error="torch op")
+    right, wrong = EvalResult(compiled=True, correct=True), EvalResult(compiled=True, correct=False)
+    rows = caught_hacks([episode("a", 0, right, decoy), episode("b", 3, refused, wrong), episode("c", 0, right, None)])
+    assert rows == [
+        {"task": "a", "sample": 0, "turn": 1, "reasons": ["kernel_not_launched"], "error": "no launch", "code": "code a 1"},
+        {"task": "b", "sample": 3, "turn": 0, "reasons": ["torch_in_forward"], "error": "torch op", "code": "code b 0"}]
+
+
 def test_the_paired_comparison_matches_episodes_by_task_and_sample():
     """Solved by both, by one of the two or by neither, and identical replies, episode by episode; an
     episode the base lacks is left out."""
@@ -336,6 +357,10 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     assert steps == [1, 2]
     assert [counts["step"] for counts in rl["chain_per_step"]] == [1, 2]  # the first call's step is kept
     assert not rl["stopped_by_time_limit"] and not rl["stopped_by_budget"]
+    # the rollouts' caught replies, step by step, summed by check in the phase's JSON
+    caught = [json.loads(x) for x in (run_dir / "rl_trloo" / "hacks.jsonl").read_text().splitlines()]
+    assert rl["hacks_by_check"] == dict(Counter(r for row in caught for r in row["reasons"]))
+    assert {row["step"] for row in caught} <= {1, 2}
     run("--smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off", "--set", "rl_seed=1")
     assert read(run_dir / "rl_grpo_noprs_seed1.json")["steps_done"] == 1  # its own folder, from the same SFT model
     assert (run_dir / "rl_grpo_noprs_seed1" / "model" / "config.json").exists()
@@ -450,6 +475,19 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
     said = sh(broken, "in", check=False)
     assert said.returncode == 1 and "checksum differs" in said.stderr and not (broken / "runs" / "mini").exists()
     assert not (broken / "runs" / "carried").exists()  # the broken parts are not kept for the next try
+
+
+def test_a_call_meant_to_continue_a_run_stops_on_a_fresh_machine(tmp_path):
+    """CONTINUE=1 bench/mini_device.sh on a machine without the run's SFT model (the one that held it went
+    back) says so in one line and leaves no runs/mini behind, which would block unpacking a carried run."""
+    (tmp_path / "bench").mkdir()
+    shutil.copy(REPO / "bench" / "mini_device.sh", tmp_path / "bench")
+    env = {**os.environ, "CONTINUE": "1", "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(tmp_path / "bench" / "mini_device.sh"), "585"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "holds no SFT model" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("args, message", [
