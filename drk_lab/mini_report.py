@@ -216,12 +216,19 @@ def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: st
     keeps its sign from one run to the next. The checkpoints of one run share their SFT model and tasks,
     so the pooled p is optimistic; a run's own rows say how much each contributes. Checkpoints whose
     names start with one of `leave_out` are not RL's effect (the shuffled-advantage controls, any seed)
-    and are left out, and so are an arm's earlier points (`rl_<tag>_step<N>`, `rl_snapshot_step`), which
-    would count its episodes twice."""
-    rows = [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"}
-            for folder in sorted(Path(runs_dir).glob(pattern)) if folder.is_dir()
-            for row in paired_rows(read_run(folder), part)
-            if not row["checkpoint"].startswith(leave_out) and not re.search(r"_step\d+$", row["checkpoint"])]
+    and are left out, and so is an arm's earlier point (`rl_<tag>_step<N>`: `rl_snapshot_step`, or a
+    carried arm's end on an earlier machine) where the arm's end is evaluated too, which would count its
+    episodes twice; an arm whose later end was never evaluated counts with its earlier point."""
+    def counted(row, names):
+        name = row["checkpoint"]
+        return not name.startswith(leave_out) and re.sub(r"_step\d+$", "", name) not in names - {name}
+
+    rows = []
+    for folder in sorted(Path(runs_dir).glob(pattern)):
+        if folder.is_dir():
+            own = paired_rows(read_run(folder), part)
+            names = {row["checkpoint"] for row in own}
+            rows += [{**row, "checkpoint": f"{folder.name}/{row['checkpoint']}"} for row in own if counted(row, names)]
     if not rows:
         return rows
     summed = ("episodes", "solved_by_both", "solved_only_before", "solved_only_after", "solved_by_neither")

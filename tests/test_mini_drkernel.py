@@ -280,6 +280,7 @@ def test_paired_counts_add_up_over_run_folders(tmp_path):
     write("cpu_c", "rl_trloo", 9, 0)
     write("h200_b", "rl_shuffled", 0, 9)  # the control: no RL signal, so not in the sums
     write("h200_b", "rl_trloo_step6", 0, 9)  # an earlier point of h200_b's TRLOO arm: its episodes counted once
+    write("h200_c", "rl_long_step16", 2, 1)  # an arm carried on whose later end was never evaluated: counted
     (tmp_path / "h200_a" / "eval_sft.json").write_text(json.dumps({"heldout": {"correct_rate": 0.5}}))
     # GRPO against TRLOO as well: a row of its own with against_rl, never in the sums against SFT
     grpo = json.loads((tmp_path / "h200_a" / "eval_rl_grpo.json").read_text())
@@ -289,10 +290,11 @@ def test_paired_counts_add_up_over_run_folders(tmp_path):
     assert (against["checkpoint"], against["against"], against["solved_only_after"]) == ("rl_grpo", "rl_trloo", 30)
     (tmp_path / "h200_empty").mkdir()
     rows = paired_rows_of_runs(tmp_path, "heldout", pattern="h200_*")
-    assert [row["checkpoint"] for row in rows] == ["h200_a/rl_grpo", "h200_a/rl_trloo", "h200_b/rl_trloo", "all"]
+    assert [row["checkpoint"] for row in rows] == ["h200_a/rl_grpo", "h200_a/rl_trloo", "h200_b/rl_trloo",
+                                                   "h200_c/rl_long_step16", "all"]
     total = rows[-1]
-    assert (total["solved_only_after"], total["solved_only_before"], total["episodes"]) == (3, 12, 3 * 15 + 15)
-    assert total["sign_test_p"] == pytest.approx(2 * sum(math.comb(15, i) for i in range(4)) / 2**15)
+    assert (total["solved_only_after"], total["solved_only_before"], total["episodes"]) == (5, 13, 4 * 15 + 18)
+    assert total["sign_test_p"] == pytest.approx(2 * sum(math.comb(18, i) for i in range(6)) / 2**18)
     assert paired_rows_of_runs(tmp_path, "seen") == []
 
 

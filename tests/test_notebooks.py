@@ -118,7 +118,9 @@ def test_mini_drkernel(tmp_path):
     # the default run's snapshot after step 6 against the arm's end; the pooled table leaves the snapshot out
     assert "<td>rl_trloo_long_step6</td>\n      <td>rl_trloo_long</td>" in text
     assert "mini_h200_long_trloo/rl_trloo_long</td>" in text and "long_trloo/rl_trloo_long_step6" not in text
-    assert "mini_h200_carried_trloo/rl_trloo_long</td>" in text  # the arm carried to later machines, so far
+    # the carried arm counts at step 16, its last evaluated point (step 28 has only its log)
+    assert "mini_h200_carried_trloo/rl_trloo_long_step16</td>" in text
+    assert "mini_h200_four_step_trloo/rl_trloo_long</td>" in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
