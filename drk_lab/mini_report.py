@@ -123,7 +123,10 @@ def paired_comparison(base, trajectories) -> dict:
     the counts separate what a change of the model did from what another draw of samples would do.
     `tasks_better_after` / `tasks_better_before`: tasks whose episodes were solved more often after /
     before, for a sign test over tasks (one task's samples share its near-even choices, so they tend to
-    flip together and a test over episodes overstates the evidence)."""
+    flip together and a test over episodes overstates the evidence). `kept_only_after` /
+    `kept_only_before`: of the episodes whose first reply was correct after both checkpoints (mostly the
+    same reply), those whose second reply stayed correct after only one of them: what the second turn,
+    which the reward pays for staying correct and getting faster, made of the same start."""
     from drk_lab.agent.metrics import is_correct
 
     def key(t):
@@ -138,9 +141,13 @@ def paired_comparison(base, trajectories) -> dict:
     def same_reply(a, b, turn: int) -> bool:
         return len(a.turns) > turn and len(b.turns) > turn and a.turns[turn].token_ids == b.turns[turn].token_ids
 
+    def correct_at(t, turn: int) -> bool:
+        return len(t.turns) > turn and is_correct(t.turns[turn].result)
+
     change: dict[str, int] = {}
     for a, b in pairs:
         change[b.task] = change.get(b.task, 0) + solved(b) - solved(a)
+    started_right = [(a, b) for a, b in pairs if correct_at(a, 0) and correct_at(b, 0)]
     return {"episodes": len(pairs),
             "solved_by_both": sum(solved(a) and solved(b) for a, b in pairs),
             "solved_only_before": sum(solved(a) and not solved(b) for a, b in pairs),
@@ -149,7 +156,9 @@ def paired_comparison(base, trajectories) -> dict:
             "same_first_reply": sum(same_reply(a, b, 0) for a, b in pairs),
             "same_second_reply": sum(same_reply(a, b, 1) for a, b in pairs),
             "tasks_better_after": sum(c > 0 for c in change.values()),
-            "tasks_better_before": sum(c < 0 for c in change.values())}
+            "tasks_better_before": sum(c < 0 for c in change.values()),
+            "kept_only_after": sum(correct_at(b, 1) and not correct_at(a, 1) for a, b in started_right),
+            "kept_only_before": sum(correct_at(a, 1) and not correct_at(b, 1) for a, b in started_right)}
 
 
 # -- reading a run back (notebooks/06_mini_drkernel) -------------------------------------------------
@@ -206,6 +215,8 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
         row["sign_test_p"] = sign_test_p(row["solved_only_after"], row["solved_only_before"])
         if "tasks_better_after" in row:  # recorded from the twelfth H200 run on
             row["task_sign_test_p"] = sign_test_p(row["tasks_better_after"], row["tasks_better_before"])
+        if "kept_only_after" in row:  # recorded from the eighteenth H200 run on
+            row["kept_sign_test_p"] = sign_test_p(row["kept_only_after"], row["kept_only_before"])
     return rows
 
 

@@ -242,7 +242,8 @@ def test_the_paired_comparison_matches_episodes_by_task_and_sample():
     assert paired_comparison(before, after) == {
         "episodes": 4, "solved_by_both": 1, "solved_only_before": 1, "solved_only_after": 1, "solved_by_neither": 1,
         "same_first_reply": 3, "same_second_reply": 3,
-        "tasks_better_after": 0, "tasks_better_before": 0}  # task a: one episode lost, one gained; b and c even
+        "tasks_better_after": 0, "tasks_better_before": 0,  # task a: one episode lost, one gained; b and c even
+        "kept_only_after": 0, "kept_only_before": 0}  # no episode started with a correct reply after both
     # a task whose two samples were both lost counts once: a test over tasks weighs it as one observation
     lost = [episode("e", 0, ([1], True), ([2], False)), episode("e", 1, ([1], True), ([2], False)),
             episode("f", 0, ([1], False), ([2], False))]
@@ -251,6 +252,16 @@ def test_the_paired_comparison_matches_episodes_by_task_and_sample():
     counts = paired_comparison(lost, won)
     assert (counts["solved_only_before"], counts["solved_only_after"]) == (2, 1)
     assert (counts["tasks_better_before"], counts["tasks_better_after"]) == (1, 1)
+    # the second turn after a correct first reply under both: kept only after, only before, by both; an
+    # episode whose first reply was right under one checkpoint alone does not count
+    right, wrong = ([1], True), ([2], False)
+    base = [episode("g", 0, right, wrong), episode("g", 1, right, right), episode("h", 0, right, right),
+            episode("k", 0, right, right)]
+    later = [episode("g", 0, right, right), episode("g", 1, right, right), episode("h", 0, right, wrong),
+             episode("k", 0, wrong, right)]
+    counts = paired_comparison(base, later)
+    assert (counts["kept_only_after"], counts["kept_only_before"]) == (1, 1)
+    assert counts["solved_only_before"] == counts["solved_only_after"] == 0  # all solved in turn 1 or 2
 
 
 def test_the_sign_test_weighs_only_the_episodes_that_changed():
