@@ -147,6 +147,15 @@ def eval_kwargs(settings: MiniSettings) -> dict:
             "compile_baseline": False}
 
 
+def run_episodes(tasks: list, policy, settings: MiniSettings, schedule, samples: int = 1, timings: dict | None = None):
+    """The evaluation's episodes of `tasks` with `policy`: its temperature, sampling seed and harness settings."""
+    from drk_lab.agent.episodes import run_many
+
+    sampling = {"temperature": settings.eval_temperature, "max_new_tokens": settings.max_new_tokens, "seed": settings.seed}
+    return run_many(tasks, policy, schedule, samples=samples, timings=timings, sampling=sampling,
+                    tokenizer=policy.tokenizer, feedback_tokens=settings.feedback_tokens, **eval_kwargs(settings))
+
+
 def step_seconds(metrics: Path, last_step: int) -> list[float]:
     """Seconds of each RL step logged up to `last_step` (the checkpoint a resumed run starts from)."""
     if not metrics.exists():
@@ -300,7 +309,9 @@ def phase_genbench(args, settings, out: Path) -> dict:
 def phase_rl(args, settings, out: Path) -> dict:
     from collections import Counter
 
-    from drk_lab.mini_report import caught_hacks, chain_counts, shared_first_tokens
+    from drk_lab.agent.context import episode_schedule
+    from drk_lab.agent.trajectory import read_jsonl, write_jsonl
+    from drk_lab.mini_report import caught_hacks, chain_counts, paired_comparison, shared_first_tokens, summarize_evaluation
     from drk_lab.rl.trainer import RLTrainer
 
     start = need(out / "sft", "sft")
@@ -309,7 +320,8 @@ def phase_rl(args, settings, out: Path) -> dict:
     resume = "latest" if any(ckpt.glob("step_*/trainer.json")) else None
     items = rl_items(args, "train", settings.rl_prompts, settings)
     specs = {task.name: spec for spec, task in items}
-    counted, hacks = folder / "chain_per_step.jsonl", folder / "hacks.jsonl"
+    counted, hacks, probes, probe_dir = (folder / "chain_per_step.jsonl", folder / "hacks.jsonl",
+                                         folder / "probes.jsonl", folder / "probe")
     trainer = RLTrainer(
         str(start), [task for _, task in items], seed=settings.rl_seed,
         prompts_per_step=settings.prompts_per_step, samples=settings.samples, turns=settings.turns,
@@ -329,12 +341,42 @@ def phase_rl(args, settings, out: Path) -> dict:
     earlier = step_seconds(folder / "log" / "metrics.jsonl", trainer.state.step)
     spent, longest = sum(earlier), max(earlier, default=0.0)
     budget = math.inf if settings.rl_budget_s is None else settings.rl_budget_s
+    probe_items = rl_items(args, "heldout", settings.rl_probe_tasks, settings) if settings.rl_probe_every else []
+    probe_specs = {task.name: spec for spec, task in probe_items}
 
-    def fits(seconds_so_far: float, limit: float) -> bool:
-        return seconds_so_far + longest < limit
+    def probe() -> None:
+        """The held-out probe: the model as it is now on the evaluation's first rl_probe_tasks held-out tasks,
+        with the evaluation's sampling seed every time, so that each probe pairs episode by episode with
+        the arm's first (in this folder: at step 0, or where a carried arm resumed)."""
+        probe_started = time.perf_counter()
+        with trainer.generation_policy() as policy:
+            trajectories = run_episodes([task for _, task in probe_items], policy, settings,
+                                        episode_schedule(settings.eval_turns))
+        first = min(probe_dir.glob("step_*.jsonl"), default=None)  # zero-padded: the earliest step
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl(trajectories, probe_dir / f"step_{trainer.state.step:06d}.jsonl", append=False)
+        row = {"step": trainer.state.step, **summarize_evaluation(trajectories, specs=probe_specs)}
+        if first is not None:
+            row["paired_with_first"] = {"step": int(first.stem[len("step_"):]),
+                                        **paired_comparison(read_jsonl(first), trajectories)}
+        row["seconds"] = time.perf_counter() - probe_started
+        with open(probes, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
+    def probe_rows() -> list[dict]:
+        return [json.loads(line) for line in probes.read_text().splitlines()] if probes.exists() else []
+
+    def fits(seconds_so_far: float, limit: float, extra: float = 0.0) -> bool:
+        return seconds_so_far + longest + extra < limit
+
+    def probe_after(step: int) -> float:  # the seconds a probe after `step` may take (its longest so far)
+        due = settings.rl_probe_every and step % settings.rl_probe_every == 0
+        return max((row["seconds"] for row in probe_rows()), default=longest) if due else 0.0
+
+    if probe_items and not any(probe_dir.glob("step_*.jsonl")):
+        probe()  # the arm's starting point, which later probes are paired with
     while (trainer.state.step < settings.rl_steps and fits(spent, budget)
-           and fits(time.perf_counter() - started, settings.rl_time_limit_s)):
+           and fits(time.perf_counter() - started, settings.rl_time_limit_s, probe_after(trainer.state.step + 1))):
         row = trainer.train(trainer.state.step + 1)[-1]
         spent += row["time/step_s"]
         longest = max(longest, row["time/step_s"])
@@ -349,6 +391,8 @@ def phase_rl(args, settings, out: Path) -> dict:
             f.writelines(json.dumps({"step": trainer.state.step, **row}) + "\n" for row in caught_hacks(rollout))
         if trainer.state.step == settings.rl_snapshot_step:
             trainer.export(out / f"rl_{args.tag}_step{trainer.state.step}" / "model")
+        if probe_items and probe_after(trainer.state.step):
+            probe()
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", s=f"{row['time/step_s']:.0f}")
     bar.close()
@@ -361,7 +405,8 @@ def phase_rl(args, settings, out: Path) -> dict:
             "stopped_by_time_limit": unfinished and fits(spent, budget),
             "chain_per_step": [json.loads(line) for line in counted.read_text().splitlines()] if counted.exists() else [],
             "hacks_by_check": Counter(reason for line in (hacks.read_text().splitlines() if hacks.exists() else [])
-                                      for reason in json.loads(line)["reasons"])}
+                                      for reason in json.loads(line)["reasons"]),
+            "probes": probe_rows()}
     # the teacher's replies scored as after SFT (a few seconds): did RL unlearn them?
     done["reads_the_task"] = reads_the_task(args, settings, folder / "model")
     return done
@@ -372,7 +417,6 @@ def phase_eval(args, settings, out: Path) -> dict:
 
     import drk_lab as drk
     from drk_lab.agent.context import episode_schedule, stts_schedule
-    from drk_lab.agent.episodes import run_many
     from drk_lab.agent.trajectory import read_jsonl, write_jsonl
     from drk_lab.mini_report import paired_comparison, summarize_evaluation
     from drk_lab.rl.sampler import StaticCachePolicy
@@ -388,9 +432,6 @@ def phase_eval(args, settings, out: Path) -> dict:
     builtin = [t for level in settings.eval_builtin_levels for t in drk.builtin_tasks(level=level)]
     builtin = builtin[: settings.eval_builtin_max] if settings.eval_builtin_max else builtin
     builtin = [t.small() for t in builtin] if device_name() == "cpu" else builtin
-    sampling = {"temperature": settings.eval_temperature, "max_new_tokens": settings.max_new_tokens, "seed": settings.seed}
-    common = dict(sampling=sampling, tokenizer=policy.tokenizer, feedback_tokens=settings.feedback_tokens,
-                  **eval_kwargs(settings))
     label = Path(name).name
     report = {"checkpoint": str(path)}
     # held-out, seen and built-in tasks share one batch: decoding a model this small costs per step, not per row
@@ -402,7 +443,7 @@ def phase_eval(args, settings, out: Path) -> dict:
         if not tasks:
             continue
         started, split = time.perf_counter(), {}
-        trajectories = run_many(tasks, policy, schedule, samples=samples, timings=split, **common)
+        trajectories = run_episodes(tasks, policy, settings, schedule, samples=samples, timings=split)
         batch = "+".join(parts)
         report.setdefault("seconds_by_batch", {})[batch] = time.perf_counter() - started
         report.setdefault("seconds_split", {})[batch] = {"generation": split["generation_s"],
@@ -448,7 +489,7 @@ def export(out: Path, target: Path) -> None:
     for path in out.rglob("*"):
         parts = set(path.relative_to(out).parts)
         if path.is_file() and path.suffix in (".json", ".jsonl", ".csv") and not parts & {"ckpt", "model", "init",
-                                                                                          "pretrain", "sft", "rollouts"}:
+                                                                                          "pretrain", "sft", "rollouts", "probe"}:
             dest = target / path.relative_to(out)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)

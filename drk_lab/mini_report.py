@@ -291,6 +291,26 @@ def chain_step_rows(run: dict) -> list[dict]:
             if name.startswith("rl_") for counts in report.get("chain_per_step", [])]
 
 
+def probe_rows(run: dict) -> list[dict]:
+    """Per RL run and held-out probe (`rl_probe_every`): the probe's step, headline numbers and, against
+    the arm's first probe, the episodes solved only after / only before and the second turns kept from
+    the same correct start, with their sign tests; runs recorded without probes have none."""
+    rows = []
+    for name, report in sorted(run["phases"].items()):
+        for probe in report.get("probes", []) if name.startswith("rl_") else []:
+            row = {"run": name[len("rl_"):], "step": probe["step"], **{k: probe.get(k) for k in HEADLINE}}
+            paired = probe.get("paired_with_first")
+            if paired:
+                row.update({"first_step": paired["step"], **{k: paired[k] for k in PROBE_PAIRED},
+                            "sign_test_p": sign_test_p(paired["solved_only_after"], paired["solved_only_before"]),
+                            "kept_sign_test_p": sign_test_p(paired["kept_only_after"], paired["kept_only_before"])})
+            rows.append(row)
+    return rows
+
+
+PROBE_PAIRED = ("solved_only_after", "solved_only_before", "kept_only_after", "kept_only_before", "same_first_reply")
+
+
 def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:
     """How the replies of each evaluated checkpoint (after SFT first) ended on `part`: correct, or the
     harness's error kind."""

@@ -395,6 +395,35 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     assert read(run_dir / "rl_trloo_p1.json")["train_prompts"] == 1
 
 
+def test_held_out_probes_during_rl_pair_with_the_arms_start_and_come_back_with_the_small_files(smoke, tmp_path):
+    """rl_probe_every=2: a probe before the first step and after the second, each on the evaluation's first
+    rl_probe_tasks held-out tasks with its sampling seed; the later one paired episode by episode with
+    the first; the summaries are in probes.jsonl and the phase's JSON, the trajectories stay behind."""
+    run_dir = smoke / "run"
+    run("--smoke", "--out", run_dir, "--export", tmp_path / "export", "--phase", "rl", "--tag", "trloo_probed",
+        "--set", "rl_steps=2", "--set", "rl_probe_every=2")
+    rl = read(run_dir / "rl_trloo_probed.json")
+    assert rl["steps_done"] == 2 and [row["step"] for row in rl["probes"]] == [0, 2]
+    start, later = rl["probes"]
+    assert start["episodes"] == later["episodes"] == 2 and "paired_with_first" not in start
+    assert later["paired_with_first"]["step"] == 0 and later["paired_with_first"]["episodes"] == 2
+    # the probe's tasks are the evaluation's first held-out tasks, in its order
+    from drk_lab.agent.trajectory import read_jsonl
+
+    probed = [t.task for t in read_jsonl(run_dir / "rl_trloo_probed" / "probe" / "step_000000.jsonl")]
+    evaluated = [t.task for t in read_jsonl(run_dir / "eval_sft_heldout.jsonl")]
+    assert probed == list(dict.fromkeys(evaluated))[:2]
+    exported = tmp_path / "export" / "rl_trloo_probed"
+    assert [json.loads(x)["step"] for x in (exported / "probes.jsonl").read_text().splitlines()] == [0, 2]
+    assert not (exported / "probe").exists()
+    from drk_lab.mini_report import probe_rows, read_run
+
+    rows = probe_rows(read_run(tmp_path / "export"))
+    assert [(row["run"], row["step"]) for row in rows] == [("trloo_probed", 0), ("trloo_probed", 2)]
+    assert "sign_test_p" not in rows[0] and rows[1]["first_step"] == 0 and 0 < rows[1]["sign_test_p"] <= 1
+    assert rows[1]["correct_rate"] == later["correct_rate"]
+
+
 def test_rl_stops_on_its_budget_across_calls(smoke):
     """rl_budget_s counts the RL steps of every call: a run whose first step used it up is finished (the
     next call trains nothing), while a call's own time limit leaves it to resume."""

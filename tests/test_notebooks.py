@@ -122,6 +122,7 @@ def test_mini_drkernel(tmp_path):
     assert "mini_h200_carried_trloo/rl_trloo_long_step16</td>" in text
     assert "mini_h200_four_step_trloo/rl_trloo_long</td>" in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
+    assert "no held-out probes during RL" in text  # the fifteenth run had none
     assert (tmp_path / "mini_curves.html").exists()
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth

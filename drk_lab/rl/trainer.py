@@ -218,11 +218,12 @@ class RLTrainer:
     def _seed(self, step: int, salt: int) -> int:
         return ((self.settings.seed * 1_000_003 + step) * 1009 + self.accelerator.process_index) * 7 + salt
 
-    def rollout(self, step: int):
+    @contextlib.contextmanager
+    def generation_policy(self):
+        """The model as it is now, as the policy the rollouts sample from (also for evaluations between
+        steps); gradient checkpointing is off inside, so that decoding can keep its cache."""
         from trl.models.utils import unwrap_model_for_generation
 
-        sampling = {"temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
-                    "max_new_tokens": self.settings.max_new_tokens}
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
         with unwrapped_model as unwrapped, self.accelerator.autocast():
@@ -230,9 +231,14 @@ class RLTrainer:
                 policy_class, extra = StaticCachePolicy, {"cuda_graph": self.settings.cuda_graph}
             else:
                 policy_class, extra = TokenPolicy, {}
-            policy = policy_class(unwrapped, self.tokenizer, device=self.accelerator.device,
-                                 max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
-                                 chat_template_kwargs=self.settings.chat_template_kwargs, **extra)
+            yield policy_class(unwrapped, self.tokenizer, device=self.accelerator.device,
+                               max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
+                               chat_template_kwargs=self.settings.chat_template_kwargs, **extra)
+
+    def rollout(self, step: int):
+        sampling = {"temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
+                    "max_new_tokens": self.settings.max_new_tokens}
+        with self.generation_policy() as policy:
             return collect_rollouts(
                 policy, self.step_tasks(step), samples=self.settings.samples, schedule=self.schedule(),
                 reward_fn=self.settings.reward_fn, sampling=sampling, seed=self._seed(step, 1),
