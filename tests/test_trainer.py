@@ -243,6 +243,22 @@ def test_lora_trains_only_the_adapter(tiny_path, relu_small, relu_solution, tmp_
     assert changed and all("lora_" in k for k in changed)
 
 
+def test_rl_after_a_trainer_at_another_precision_in_the_same_process(tiny_path, relu_small, relu_solution, tmp_path):
+    """SFT (TRL's trainer, bf16 on a GPU) and then RL in one process, as in a notebook's kernel or the
+    mini run's phases in one call: the RL trainer starts accelerate's state afresh instead of refusing it."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()  # as in a fresh process (earlier tests here set it up already)...
+    assert Accelerator(mixed_precision="bf16", cpu=True).mixed_precision == "bf16"  # ...where SFT came first
+    trainer = RLTrainer(str(tiny_path), [relu_small], force_responses=force_solution(relu_solution),
+                        **settings(tmp_path, turns=1))
+    assert trainer.accelerator.mixed_precision == "no"
+    start = weights(trainer)
+    trainer.step()
+    assert any(not torch.equal(start[k], v) for k, v in weights(trainer).items())
+
+
 def test_run_log_keeps_the_last_row_of_a_step_and_wandb_needs_its_package(tmp_path, monkeypatch):
     log = RunLog(tmp_path)
     for step, loss in ((1, 0.5), (2, float("nan")), (2, 0.25)):  # step 2 written again after a resume

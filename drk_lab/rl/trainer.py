@@ -137,7 +137,16 @@ class RLTrainer:
         self.tasks = list(tasks)
         if not self.tasks:
             raise ValueError("RLTrainer needs at least one task")
-        self.accelerator = accelerator or Accelerator(mixed_precision=s.mixed_precision)
+        if accelerator is None:
+            from accelerate.state import AcceleratorState
+
+            # an earlier trainer in this process (TRL's SFT, bf16 on a GPU: a notebook's kernel, or
+            # bench/mini_drkernel.py's phases in one call) leaves accelerate's global state at its precision,
+            # and Accelerator refuses another one: start from a fresh state, as a new process would
+            if AcceleratorState._shared_state and AcceleratorState().mixed_precision != s.mixed_precision:
+                AcceleratorState._reset_state()
+            accelerator = Accelerator(mixed_precision=s.mixed_precision)
+        self.accelerator = accelerator
         if s.prompts_per_step < self.accelerator.num_processes:
             raise ValueError(f"prompts_per_step={s.prompts_per_step} is fewer than the "
                              f"{self.accelerator.num_processes} processes")
