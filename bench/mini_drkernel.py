@@ -311,7 +311,8 @@ def phase_rl(args, settings, out: Path) -> dict:
 
     from drk_lab.agent.context import episode_schedule
     from drk_lab.agent.trajectory import read_jsonl, write_jsonl
-    from drk_lab.mini_report import caught_hacks, chain_counts, paired_comparison, shared_first_tokens, summarize_evaluation
+    from drk_lab.mini_report import (caught_hacks, chain_counts, paired_comparison, shared_first_tokens,
+                                     summarize_evaluation)
     from drk_lab.rl.trainer import RLTrainer
 
     start = need(out / "sft", "sft")

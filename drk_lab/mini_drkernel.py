@@ -98,9 +98,9 @@ class MiniSettings:
     rl_snapshot_step: int = 0  # also export the model after this RL step to rl_<tag>_step<N>/model (0: none)
     # held-out probes during RL: at the arm's start and every rl_probe_every steps, the evaluation's first
     # rl_probe_tasks held-out tasks (2 turns, one sample, its sampling seed), each paired episode by episode
-    # with the arm's first probe. The arm's held-out curve, and it comes back with every call's small files,
-    # so a machine lost between calls still leaves it (a carried arm lost its step-28 evaluation that way).
-    # A probe costs about an RL step (decoding this model costs per token step, not per row); 0: none
+    # with the arm's first probe: the arm's held-out curve, back with every call's small files, so that a
+    # machine lost between calls does not take the arm's whole held-out result with it. A probe costs about
+    # an RL step (decoding this model costs per token step, not per row); 0: none
     rl_probe_every: int = 0
     rl_probe_tasks: int = 256
     # the sampler's one-token steps replayed as a CUDA graph (rl/sampler.py), in RL and the evaluations: on
@@ -134,8 +134,8 @@ class MiniSettings:
                      pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20, pretrain_batch=2,
                      pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
-                     micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, rl_probe_tasks=2, eval_heldout=2, eval_seen=1,
-                     eval_builtin_levels=(1,), eval_builtin_max=2, eval_samples=2, stts_tasks=1, stts=(2, 1, 2),
+                     micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, rl_probe_tasks=2, eval_heldout=2,
+                     eval_seen=1, eval_builtin_levels=(1,), eval_builtin_max=2, eval_samples=2, stts_tasks=1, stts=(2, 1, 2),
                      genbench_rows=8, genbench_tokens=16)
         return replace(cls(**small), **changes)
 

@@ -291,6 +291,9 @@ def chain_step_rows(run: dict) -> list[dict]:
             if name.startswith("rl_") for counts in report.get("chain_per_step", [])]
 
 
+PROBE_PAIRED = ("solved_only_after", "solved_only_before", "kept_only_after", "kept_only_before", "same_first_reply")
+
+
 def probe_rows(run: dict) -> list[dict]:
     """Per RL run and held-out probe (`rl_probe_every`): the probe's step, headline numbers and, against
     the arm's first probe, the episodes solved only after / only before and the second turns kept from
@@ -306,9 +309,6 @@ def probe_rows(run: dict) -> list[dict]:
                             "kept_sign_test_p": sign_test_p(paired["kept_only_after"], paired["kept_only_before"])})
             rows.append(row)
     return rows
-
-
-PROBE_PAIRED = ("solved_only_after", "solved_only_before", "kept_only_after", "kept_only_before", "same_first_reply")
 
 
 def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:
