@@ -96,13 +96,8 @@ class MiniSettings:
     mrs: bool = True
     rl_time_limit_s: float = 330.0  # this call's RL phase stops (and checkpoints) before a step that would pass it
     rl_snapshot_step: int = 0  # also export the model after this RL step to rl_<tag>_step<N>/model (0: none)
-    # held-out probes during RL: at the arm's start and every rl_probe_every steps, the evaluation's first
-    # rl_probe_tasks held-out tasks (2 turns, one sample, its sampling seed), each paired episode by episode
-    # with the arm's first probe: the arm's held-out curve, back with every call's small files, so that a
-    # machine lost between calls does not take the arm's whole held-out result with it. A probe costs about
-    # an RL step (decoding this model costs per token step, not per row); 0: none
-    rl_probe_every: int = 0
-    rl_probe_tasks: int = 256
+    rl_probe_every: int = 0  # held-out probes at the arm's start and every N steps, each paired with its first (0: none)
+    rl_probe_tasks: int = 256  # the evaluation's first held-out tasks; a probe costs about one RL step
     # the sampler's one-token steps replayed as a CUDA graph (rl/sampler.py), in RL and the evaluations: on
     # the H200 35,800 against 28,700 tokens/s (genbench, 256 rows), log-probs within 2e-6 of the trainer's;
     # on a CPU the same fixed-shape step runs without a graph
@@ -159,8 +154,7 @@ def conversation_texts(dataset, tokenizer=None) -> list[str]:
 def without_planted_bugs(dataset):
     """The rows with no planted bug's reply (drk_lab.data.bugs): pretraining learns every token of a text, and
     a repair row's buggy reply must never be a target (SFT masks it; pretraining cannot)."""
-    return dataset.filter(lambda messages: all(m.get("train") is not False for m in messages),
-                          input_columns="messages")
+    return dataset.filter(lambda messages: all(m.get("train") is not False for m in messages), input_columns="messages")
 
 
 def reply_token_lengths(dataset, tokenizer) -> list[int]:

@@ -127,26 +127,22 @@ class RLTrainer:
     def __init__(self, model_or_path, tasks, settings: RLSettings | None = None, *, tokenizer=None, accelerator=None,
                  force_responses=None, **changes):
         """`settings` (default RLSettings()) with `changes` applied by name; `accelerator` defaults to
-        Accelerator(mixed_precision=settings.mixed_precision); `force_responses(task, sample, turn)` may
-        replace replies by given text (see collect_rollouts)."""
+        Accelerator(mixed_precision=settings.mixed_precision), accelerate's global state started afresh if an
+        earlier trainer here (TRL's bf16 SFT on a GPU) set another precision, which Accelerator cannot change;
+        `force_responses(task, sample, turn)` may replace replies by given text (see collect_rollouts)."""
         self.settings = s = replace(settings or RLSettings(), **changes)
         from accelerate import Accelerator
+        from accelerate.state import AcceleratorState
         from accelerate.utils import set_seed
         from trl.trainer.utils import disable_dropout_in_model
 
         self.tasks = list(tasks)
         if not self.tasks:
             raise ValueError("RLTrainer needs at least one task")
-        if accelerator is None:
-            from accelerate.state import AcceleratorState
-
-            # an earlier trainer in this process (TRL's SFT, bf16 on a GPU: a notebook's kernel, or
-            # bench/mini_drkernel.py's phases in one call) leaves accelerate's global state at its precision,
-            # and Accelerator refuses another one: start from a fresh state, as a new process would
-            if AcceleratorState._shared_state and AcceleratorState().mixed_precision != s.mixed_precision:
-                AcceleratorState._reset_state()
-            accelerator = Accelerator(mixed_precision=s.mixed_precision)
-        self.accelerator = accelerator
+        if (accelerator is None and AcceleratorState._shared_state
+                and AcceleratorState().mixed_precision != s.mixed_precision):
+            AcceleratorState._reset_state()
+        self.accelerator = accelerator or Accelerator(mixed_precision=s.mixed_precision)
         if s.prompts_per_step < self.accelerator.num_processes:
             raise ValueError(f"prompts_per_step={s.prompts_per_step} is fewer than the "
                              f"{self.accelerator.num_processes} processes")
@@ -229,17 +225,14 @@ class RLTrainer:
 
     @contextlib.contextmanager
     def generation_policy(self):
-        """The model as it is now, as the policy the rollouts sample from (also for evaluations between
-        steps); gradient checkpointing is off inside, so that decoding can keep its cache."""
+        """The model as it is now as a policy (rollouts, evaluations between steps); no gradient checkpointing inside."""
         from trl.models.utils import unwrap_model_for_generation
 
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
         with unwrapped_model as unwrapped, self.accelerator.autocast():
-            if self.settings.sampler == "static":
-                policy_class, extra = StaticCachePolicy, {"cuda_graph": self.settings.cuda_graph}
-            else:
-                policy_class, extra = TokenPolicy, {}
+            static = self.settings.sampler == "static"
+            policy_class, extra = (StaticCachePolicy, {"cuda_graph": self.settings.cuda_graph}) if static else (TokenPolicy, {})
             yield policy_class(unwrapped, self.tokenizer, device=self.accelerator.device,
                                max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
                                chat_template_kwargs=self.settings.chat_template_kwargs, **extra)
