@@ -248,7 +248,9 @@ def test_workers_checking_themselves_do_not_take_evaluation_slots(small_pool, re
                                  "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
                                  "        print('at', __import__('time').time())\n")
     assert code != relu_solution
-    results = drk.evaluate_many([(relu_small, code)] * 8, max_in_flight=4, device="cpu", progress=False,
+    # 16, not 8: under load the third pair's warm-up can outlast the first self-checks, and then the
+    # first 8 evaluations may all go to the first two workers
+    results = drk.evaluate_many([(relu_small, code)] * 16, max_in_flight=4, device="cpu", progress=False,
                                 correctness_trials=2, hack_checks=False)
     assert all(r.ok for r in results), [r.error for r in results]
     spans = []
