@@ -151,8 +151,11 @@ def compare(args: argparse.Namespace, counts: list[int]) -> None:
     for k in counts:
         env = {**os.environ, "OUT": str(OUT)}
         server = None
-        if args.serve:
-            server, url, env["DRK_SERVICE_TOKEN"] = ray_service(k, args.slots, cpu)
+        if args.serve:  # one actor on each of the run's K GPUs
+            from service_gpu import TOKEN, start_ray_service
+
+            server, url = start_ray_service(k, args.slots, cpu)
+            env["DRK_SERVICE_TOKEN"] = TOKEN
             forwarded_k = [*forwarded, "--backend", url]
         else:
             forwarded_k = forwarded
@@ -181,17 +184,6 @@ def compare(args: argparse.Namespace, counts: list[int]) -> None:
     for s in summary:
         print(f"{s['processes']} processes: {s['step_s']:.1f} s per step, {s['episodes_per_s']:.2f} episodes/s, "
               f"{s['speedup']:.2f}x the first")
-
-
-def ray_service(k: int, slots: int, cpu: bool) -> tuple[subprocess.Popen, str, str]:
-    """`drk serve --pool ray` on 127.0.0.1 with one actor on each of GPUs 0..k-1 (k CPU actors without CUDA);
-    the server, its URL and its token."""
-    from service_gpu import TOKEN, start_server
-
-    where = ["--device", "cpu", "--workers", str(k)] if cpu else []
-    server, url = start_server("--pool", "ray", "--slots", str(slots), *where,
-                               env={"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(k))})
-    return server, url, TOKEN
 
 
 def main() -> None:

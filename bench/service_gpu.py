@@ -193,6 +193,13 @@ def spread(times: list) -> dict:
             "spread_pct": round(100 * (max(times) - min(times)) / min(times), 2) if all(times) else None}
 
 
+def start_ray_service(gpus: int, slots: int, cpu: bool = False) -> tuple[subprocess.Popen, str]:
+    """`drk serve --pool ray` with one actor on each of GPUs 0..gpus-1 (`gpus` CPU actors with cpu=True)."""
+    where = ["--device", "cpu", "--workers", str(gpus)] if cpu else []
+    return start_server("--pool", "ray", "--slots", str(slots), *where,
+                        env={"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))})
+
+
 def ray_service(gpus: int, copies: int, in_flight: int, repeats: int = 6, pairs: list[tuple] | None = None,
                 device: str = "cuda") -> dict:
     """`drk serve --pool ray` on GPU 0 alone, then on all GPUs (one actor each, CUDA_VISIBLE_DEVICES), each
@@ -203,9 +210,7 @@ def ray_service(gpus: int, copies: int, in_flight: int, repeats: int = 6, pairs:
     base = pairs or solutions()
     report = {"gpus": gpus, "candidates_per_pass": len(base) * copies, "slots_per_gpu": in_flight}
     for k in sorted({1, gpus}):
-        where = (["--device", "cpu", "--workers", str(k)] if device == "cpu" else [])
-        proc, url = start_server("--pool", "ray", "--slots", str(in_flight), *where,
-                                 env={"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(k))})
+        proc, url = start_ray_service(k, in_flight, cpu=device == "cpu")
         client = ServiceClient(url, token=TOKEN, timeout_s=600)
         try:
             t0 = time.monotonic()
