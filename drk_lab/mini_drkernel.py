@@ -7,13 +7,12 @@
     texts += [operator_drill(spec) for spec in drill_specs]      # the operators, prompt beside kernel
     pretrain(model_dir, texts, settings, "out/pretrain")
 
-(mini_report.py summarises the evaluations and reads a run back for notebook 06.)
-
-What it is: a byte-level BPE trained on the SFT trajectories and RL prompts (nothing downloaded), a
-small Qwen3-style model trained from scratch, an optional short next-token pretraining on the SFT
-conversations, then the project's own SFT (rl/sft.py), multi-turn RL (rl/trainer.py with the
-static-cache sampler, rl/sampler.py) and evaluation (agent/episodes.py). A model this small trained on
-a few hundred trajectories mostly copies the teacher; the point is the whole pipeline measured honestly.
+(mini_report.py summarises the evaluations and reads a run back for notebook 06.) What it is: a
+byte-level BPE trained on the SFT trajectories and RL prompts (nothing downloaded), a small Qwen3-style
+model trained from scratch, an optional short next-token pretraining on the SFT conversations, then the
+project's own SFT (rl/sft.py), multi-turn RL (rl/trainer.py with the static-cache sampler,
+rl/sampler.py) and evaluation (agent/episodes.py). A model this small trained on a few hundred
+trajectories mostly copies the teacher; the point is the whole pipeline measured honestly.
 """
 
 from __future__ import annotations
@@ -89,6 +88,7 @@ class MiniSettings:
     # at 2e-5 with 8 smaller updates a step (a KL of 3e-5 to 3e-4 per token per step) the reward on 16
     # fixed prompts rose 0.39 -> 0.73 in 7 steps (ninth run)
     rl_lr: float = 2e-5
+    rl_kl_coef: float = 0.0  # beta of RL's KL penalty to the SFT model, 0: none (docs/mini_drkernel.md: why try it)
     micro_batch_size: int = 16
     mini_batches: int = 8
     advantage: str = "trloo"  # or "grpo" (the ablation), "shuffled", "shuffled_in_group" (controls)

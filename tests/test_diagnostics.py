@@ -1,11 +1,12 @@
-"""rl.diagnostics: series, smoothing, the three warning flags on planted logs, and a healthy log that
-raises none."""
+"""rl.diagnostics: series, smoothing, the four warning flags on planted logs, a healthy log that raises
+none, and the recorded H200 arm whose replies broke."""
 
 import random
+from pathlib import Path
 
 import pytest
 
-from drk_lab.rl.diagnostics import (Flag, entropy_collapse, fast_series, flags, grad_norm_spikes, health_keys,
+from drk_lab.rl.diagnostics import (Flag, broken_replies, entropy_collapse, fast_series, flags, grad_norm_spikes, health_keys,
                                     lazy_optimisation, series, smooth, summary, turn_keys)
 
 
@@ -99,6 +100,27 @@ def test_lazy_optimisation_falls_back_to_fast_at_1_and_needs_both_series():
     assert lazy_optimisation(rows[:6]) is None  # too few steps
     flat_reward = [{**row, "reward_mean": 0.5} for row in rows]
     assert lazy_optimisation(flat_reward) is None
+
+
+def test_broken_replies_on_a_planted_log_and_on_the_recorded_h200_arm():
+    rows = healthy_log()
+    for i, row in enumerate(rows):
+        row["outcome/syntax"], row["outcome/load"] = 0.08, 0.01
+        if i >= 20:
+            row["outcome/syntax"] = 0.4 if i != 21 else 0.1  # one step back under the ceiling
+    assert broken_replies(rows).step == 23  # step 21 broke, 22 did not, 23 on did
+    assert broken_replies(rows, patience=1).step == 21 and broken_replies(rows[:11]) is None
+    assert broken_replies(healthy_log()) is None  # no outcome keys logged
+    assert [f.kind for f in flags(rows)] == ["broken_replies"]
+
+    # the carried TRLOO arm: its conv replies repeated an argument from step 29 on; its first continuation
+    # of steps 17-28 on another machine did not
+    from drk_lab.rl.runlog import read_log
+
+    run = Path(__file__).parents[1] / "data/runs/mini_h200_carried_trloo/rl_trloo_long"
+    flag = broken_replies(read_log(run / "log"))
+    assert flag.step == 30 and "36%" in flag.message
+    assert broken_replies(read_log(run / "log_first_machine")) is None
 
 
 def test_flags_come_in_step_order():

@@ -401,8 +401,11 @@ def test_held_out_probes_during_rl_pair_with_the_arms_start_and_come_back_with_t
     the first; the summaries are in probes.jsonl and the phase's JSON, the trajectories stay behind."""
     run_dir = smoke / "run"
     run("--smoke", "--out", run_dir, "--export", tmp_path / "export", "--phase", "rl", "--tag", "trloo_probed",
-        "--set", "rl_steps=2", "--set", "rl_probe_every=2")
+        "--set", "rl_steps=2", "--set", "rl_probe_every=2", "--set", "rl_kl_coef=0.1")
     rl = read(run_dir / "rl_trloo_probed.json")
+    from drk_lab.rl.runlog import read_log
+
+    assert all(row["ref_kl"] >= 0 for row in read_log(run_dir / "rl_trloo_probed" / "log"))  # rl_kl_coef reached RL
     assert rl["steps_done"] == 2 and [row["step"] for row in rl["probes"]] == [0, 2]
     start, later = rl["probes"]
     assert start["episodes"] == later["episodes"] == 2 and "paired_with_first" not in start

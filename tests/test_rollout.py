@@ -13,7 +13,7 @@ from drk_lab.agent.context import episode_schedule  # noqa: E402
 from drk_lab.policies.huggingface import TransformersPolicy  # noqa: E402
 from drk_lab.rl.batch import ENV_TURN, build_batch
 from drk_lab.rl.rollout import collect_rollouts, encode, feedback_glue, template_text
-from drk_lab.rl.trainer import sequence_logprobs  # noqa: E402
+from drk_lab.rl.logprobs import sequence_logprobs  # noqa: E402
 from drk_lab.tiny_model import load_tiny  # noqa: E402
 
 EVAL = {"device": "cpu", "correctness_trials": 1}

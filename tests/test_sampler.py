@@ -16,7 +16,8 @@ import torch  # noqa: E402
 
 from drk_lab.agent.context import episode_schedule  # noqa: E402
 from drk_lab.rl.sampler import StaticCachePolicy, sample_tokens  # noqa: E402
-from drk_lab.rl.trainer import RLTrainer, sequence_logprobs  # noqa: E402
+from drk_lab.rl.logprobs import sequence_logprobs  # noqa: E402
+from drk_lab.rl.trainer import RLTrainer  # noqa: E402
 from drk_lab.tiny_model import load_tiny  # noqa: E402
 
 

@@ -25,7 +25,8 @@ from drk_lab.rl.batch import build_batch  # noqa: E402
 from drk_lab.rl.loss import clipped_policy_loss  # noqa: E402
 from drk_lab.rl.rollout import collect_rollouts  # noqa: E402
 from drk_lab.rl.runlog import RunLog, read_log  # noqa: E402
-from drk_lab.rl.trainer import RLTrainer, lr_factor, sequence_logprobs  # noqa: E402
+from drk_lab.rl.logprobs import sequence_logprobs  # noqa: E402
+from drk_lab.rl.trainer import RLTrainer, lr_factor  # noqa: E402
 from drk_lab.tiny_model import load_tiny  # noqa: E402
 
 EVAL = {"device": "cpu", "correctness_trials": 1}
@@ -67,6 +68,27 @@ def test_clipped_loss_matches_hand_computed_values():
     assert loss4.item() == pytest.approx(loss.item() / 2)
     no_dual, _ = clipped_policy_loss(logp, old, adv, mask, dual_clip=None)
     assert no_dual.item() == pytest.approx((0.32 - 3.0 + 4.0 - 0.5) / 2, abs=1e-6)
+
+
+def test_kl_penalty_to_the_reference_matches_hand_computed_values():
+    """beta * k3 per model token, k3 = exp(d) - d - 1 with d = ref_logp - logp: its gradient beta * (1 - exp(d))
+    lowers a token the policy likes more than the reference and raises one it likes less; environment
+    positions (a NaN reference there) add nothing."""
+    logp, old, adv, mask = crafted()
+    d = torch.tensor([[0.0, 0.5, -0.5, 0.0, 1.0, 0.0], [0.0, 0.0, -1.0, 0.0, 0.0, 0.0]])
+    ref = torch.where(mask, logp.detach() + d, torch.full_like(d, float("nan")))
+    plain, _ = clipped_policy_loss(logp, old, adv, mask)
+    (plain_grad,) = torch.autograd.grad(plain, logp)
+    with_kl, m = clipped_policy_loss(logp, old, adv, mask, ref_logp=ref, kl_coef=0.1)
+    (kl_grad,) = torch.autograd.grad(with_kl, logp)
+    k3 = torch.where(mask, d.exp() - d - 1, torch.zeros_like(d))
+    assert with_kl.item() == pytest.approx(plain.item() + 0.1 * float(k3.sum()) / 2, abs=1e-6)
+    assert float(m["ref_kl"]) == pytest.approx(float(k3.sum()) / 5, rel=1e-5)
+    expected = torch.where(mask, 0.1 * (1 - d.exp()) / 2, torch.zeros_like(d))
+    assert torch.allclose(kl_grad - plain_grad, expected, atol=1e-6)
+    assert expected[0, 4] < 0 < expected[0, 2]  # the reference likes token 4 more, token 2 less
+    unused, m0 = clipped_policy_loss(logp, old, adv, mask, ref_logp=ref, kl_coef=0.0)  # measured, not trained
+    assert unused.item() == pytest.approx(plain.item()) and float(m0["ref_kl"]) == float(m["ref_kl"])
 
 
 def test_environment_positions_change_nothing():
@@ -231,6 +253,41 @@ def test_the_shuffled_control_trains_on_trloo_values_placed_by_chance(tiny_path,
     trainer.settings = replace(trainer.settings, advantage="ppo")
     with pytest.raises(ValueError, match="advantage must be one of"):
         trainer.advantages(batch, valid)
+
+
+def test_kl_penalty_pulls_a_drifted_policy_back_when_every_advantage_is_zero(tiny_path, relu_small, tmp_path):
+    """A group whose samples all fail alike has zero advantages: the policy gradient holds nothing then, and
+    only the KL penalty moves the policy, towards the model the run started from (a frozen copy, kept
+    as loaded when the trainer resumes from a checkpoint)."""
+    trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, kl_coef=1.0, lr=1e-3, mini_batches=1,
+                                                                 save_rollouts=False))
+    start = weights(trainer)
+    reference = dict(trainer.reference.named_parameters())
+    assert all(torch.equal(reference[k], start[k]) and not reference[k].requires_grad for k in start)
+    with torch.no_grad():  # the policy drifts away from its reference
+        generator = torch.Generator().manual_seed(0)
+        for p in trainer.params:
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    trainer._ensure_scheduler(1)
+    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
+    old, ref = trainer.recompute_logprobs(batch), trainer.recompute_logprobs(batch, trainer.reference)
+    valid = batch.exists.clone()
+    zero = torch.zeros(valid.shape)
+    drifted = weights(trainer)
+    trainer.optimize(batch, old, zero, valid)  # no reference given: nothing to learn from
+    assert all(torch.equal(v, drifted[k]) for k, v in weights(trainer).items())
+    opt = trainer.optimize(batch, old, zero, valid, ref)
+    assert opt["sums"]["ref_kl"] > 0
+    after = trainer.recompute_logprobs(batch)
+    tokens = batch.model_mask
+    assert float((after - ref)[tokens].abs().mean()) < float((old - ref)[tokens].abs().mean())
+    assert all(torch.equal(p, start[k]) for k, p in trainer.reference.named_parameters())  # never trained
+
+    trainer.save_checkpoint()
+    resumed = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, kl_coef=1.0, resume_from="latest"))
+    assert all(torch.equal(p, start[k]) for k, p in resumed.reference.named_parameters())
+    assert any(not torch.equal(v, start[k]) for k, v in weights(resumed).items())
+    assert "ref_kl" in resumed.step() and RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path)).reference is None
 
 
 def test_lora_trains_only_the_adapter(tiny_path, relu_small, relu_solution, tmp_path):

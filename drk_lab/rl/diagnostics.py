@@ -5,13 +5,16 @@
     for f in flags(rows):
         print(f.kind, f.step, f.message)
 
-Pure functions on lists of dicts, no plotting (viz.plots draws these series). The flags look for three
+Pure functions on lists of dicts, no plotting (viz.plots draws these series). The flags look for four
 failure patterns of multi-turn RL on kernels:
 
 - entropy_collapse: the policy's entropy falls below a fraction of its early level and stays there;
   the policy has stopped exploring.
 - grad_norm_spike: a step's gradient norm is many times its recent median; often the first sign of a
   mismatch between the rollout and training engines, or of a bad batch.
+- broken_replies: the share of replies that do not even load (outcome/syntax + outcome/load) climbs
+  to several times its early level; a policy coming apart, often at one token of a line most replies
+  share, before entropy or reward show it clearly.
 - lazy_optimisation: reward rises while Fast@1.2 falls. Dr. Kernel's "lazy optimisation": the policy
   learns to write correct but trivial kernels (most of the work left to PyTorch) that earn the
   correctness reward but are not faster.
@@ -33,7 +36,7 @@ TURN_KEY = re.compile(r"^(.+)/turn_(\d+)$")
 
 @dataclass
 class Flag:
-    kind: str  # "entropy_collapse", "grad_norm_spike" or "lazy_optimisation"
+    kind: str  # "entropy_collapse", "grad_norm_spike", "broken_replies" or "lazy_optimisation"
     step: int  # the step where it shows (the first step of the collapse, the spiking step, the last step)
     message: str
 
@@ -125,6 +128,30 @@ def grad_norm_spikes(rows: list[dict], factor: float = 5.0, window: int = 20, mi
     return found
 
 
+BROKEN_KEYS = ("outcome/syntax", "outcome/load")
+
+
+def broken_replies(rows: list[dict], factor: float = 2.5, early_steps: int = 10, patience: int = 2) -> Flag | None:
+    """The share of replies that fail before running (BROKEN_KEYS summed) above `factor` times its median
+    over the first `early_steps` steps for `patience` steps in a row; the flag is at the first of them."""
+    steps, values = [], []
+    for i, row in enumerate(rows):
+        shares = [_number(row.get(key)) for key in BROKEN_KEYS]
+        if any(share is not None for share in shares):
+            steps.append(row.get("step", i + 1))
+            values.append(sum(share or 0.0 for share in shares))
+    if len(values) < early_steps + patience:
+        return None
+    early = statistics.median(values[:early_steps])
+    ceiling = factor * early if early > 0 else 0.05  # none broken early: a twentieth of the replies is news
+    for i in range(early_steps, len(values) - patience + 1):
+        if all(v > ceiling for v in values[i:i + patience]):
+            return Flag("broken_replies", steps[i],
+                        f"{values[i]:.0%} of the replies failed to load at step {steps[i]} ({factor:g}x the early "
+                        f"median {early:.1%} for {patience}+ steps): look for a line most replies share going wrong")
+    return None
+
+
 def _thirds_change(values: list[float]) -> tuple[float, float, float]:
     # Mean of the last third minus mean of the first third: each third's mean already averages the
     # step-to-step noise, and unlike an EMA it does not lag behind the end of the run.
@@ -161,11 +188,12 @@ def lazy_optimisation(rows: list[dict], fast_ps=(1.2, 1.0), turn: str = "mean", 
 def flags(rows: list[dict], *, entropy_fraction: float = 0.2, entropy_early_steps: int = 10,
           entropy_patience: int = 3, grad_factor: float = 5.0, grad_window: int = 20, grad_min_history: int = 5,
           fast_ps=(1.2, 1.0), fast_turn: str = "mean", lazy_min_steps: int = 9, lazy_reward_rise: float = 0.05,
-          lazy_fast_drop: float = 0.02) -> list[Flag]:
-    """All warning flags of a run, in step order (see entropy_collapse, grad_norm_spikes and
+          lazy_fast_drop: float = 0.02, broken_factor: float = 2.5, broken_patience: int = 2) -> list[Flag]:
+    """All warning flags of a run, in step order (see entropy_collapse, grad_norm_spikes, broken_replies and
     lazy_optimisation for what each threshold means)."""
     found = grad_norm_spikes(rows, grad_factor, grad_window, grad_min_history)
     for flag in (entropy_collapse(rows, entropy_fraction, entropy_early_steps, entropy_patience),
+                 broken_replies(rows, broken_factor, entropy_early_steps, broken_patience),
                  lazy_optimisation(rows, fast_ps, fast_turn, lazy_min_steps, lazy_reward_rise, lazy_fast_drop)):
         if flag is not None:
             found.append(flag)

@@ -11,6 +11,10 @@ glue, padding, rejected turns) contributes nothing, not even NaN or inf values p
 Per token, with ratio r = exp(logp - old_logp) and advantage A:
     clipped = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))          (PPO, asymmetric clip)
     loss    = min(clipped, -A * dual_clip)  when A < 0, else clipped          (dual clip)
+With a reference (`ref_logp`, the starting model's log-probs, and `kl_coef` = beta > 0) each token adds
+    beta * k3,  k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1     (>= 0; its mean estimates KL(new || ref))
+a pull towards the starting model that acts where rewards cannot: when every sample of a group fails
+the same way, the group's advantages are all zero and nothing else resists the drift that caused it.
 Aggregation "seq-mean-token-sum": each sequence's token losses are summed, then the sums are
 averaged over `num_sequences` (by default the N rows given; the trainer passes the count over the
 whole optimizer step so that micro-batches and processes add up to one mean).
@@ -35,11 +39,14 @@ def clipped_policy_loss(
     eps_high: float = EPS_HIGH,
     dual_clip: float | None = DUAL_CLIP,
     num_sequences: float | None = None,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """(scalar loss, metrics). Metrics are detached 0-d tensors: token and sequence counts, and
     means over the masked tokens of the clip fractions (clip_low: A < 0 and r < 1 - eps_low;
     clip_high: A > 0 and r > 1 + eps_high; clip_dual: A < 0 and r > dual_clip), the ratio and the
-    approximate KL between old and new policies (k3 estimator, (r - 1) - log r)."""
+    approximate KL between old and new policies (k3 estimator, (r - 1) - log r); with `ref_logp`, ref_kl: the
+    mean k3 against the reference (also when kl_coef is 0, which adds nothing to the loss)."""
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     mask = mask.bool()
@@ -52,6 +59,11 @@ def clipped_policy_loss(
     token_loss = torch.maximum(unclipped, clipped)
     if dual_clip is not None:
         token_loss = torch.where(adv < 0, torch.minimum(token_loss, -adv * dual_clip), token_loss)
+    if ref_logp is not None:
+        # clamped: a token the reference all but rules out must not overflow exp()
+        ref_log_ratio = torch.where(mask, ref_logp.to(logp.dtype) - logp, zero).clamp(-20.0, 20.0)
+        ref_kl = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0
+        token_loss = token_loss + kl_coef * ref_kl
     token_loss = torch.where(mask, token_loss, zero)
     denominator = float(num_sequences) if num_sequences is not None else float(logp.shape[0])
     loss = token_loss.sum() / max(denominator, 1e-12)
@@ -73,6 +85,8 @@ def clipped_policy_loss(
             "approx_kl": torch.where(mask, ratio - 1.0 - log_ratio, zero).sum() / count,
             "token_loss_sum": token_loss.sum().detach(),
         }
+        if ref_logp is not None:
+            metrics["ref_kl"] = torch.where(mask, ref_kl, zero).sum() / count
     return loss, metrics
 
 

@@ -97,7 +97,7 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
     outcome/<kind> (the share of the step's replies that ended correct or in that error kind, OUTCOMES);
     mrs/rejected_frac (trajectories MRS rejects, logged even with MRS off), prs/rejected_frac (of all
     turns), prs/rejected_frac_of_judged; entropy, clip_low,
-    clip_high, clip_dual, ratio_mean, approx_kl (per trained token); loss (the sequence-mean loss, mean
+    clip_high, clip_dual, ratio_mean, approx_kl, ref_kl with a KL penalty (per trained token); loss (the sequence-mean loss, mean
     over optimizer steps), grad_norm (before clipping), optimizer_steps; token and sequence counts; MRS
     weight and log-ratio statistics; time/generation_s, time/evaluation_s, time/rollout_s,
     time/training_s, time/step_s; tokens_per_s (sequence tokens / step time), generation_tokens_per_s,
@@ -137,8 +137,9 @@ def step_row(accelerator, step: int, lr: float, rollout, batch, valid, adv, filt
         pairs["prs/rejected_frac"] = (filter_metrics["prs/rejected"], exists)
         pairs["prs/rejected_frac_of_judged"] = (filter_metrics["prs/rejected"], filter_metrics["prs/judged"])
     sums = opt["sums"]
-    for name in ("entropy", *LOSS_METRICS):
-        pairs[name] = (sums[name], sums["tokens"])
+    for name in ("entropy", *LOSS_METRICS, "ref_kl"):
+        if name in sums:  # ref_kl only with a KL penalty's reference
+            pairs[name] = (sums[name], sums["tokens"])
     counts = {"loss": sums["loss"], "trained_tokens": sums["tokens"], "trained_sequences": opt["trained_sequences"],
               "sequences": float(batch.num_sequences), "trajectories": float(b),
               "sequence_tokens": float(batch.attention_mask.sum()), "model_tokens": float(batch.model_mask.sum()),

@@ -20,7 +20,7 @@ Token-exact with what the trainer scores: the layers' own modules (norms, projec
 embedding) run on the same inputs; only attention is written out (scaled dot-product over the cache with
 a padding-and-causal mask). Log-probabilities are the raw model's (temperature 1, no truncation), as in
 TransformersPolicy; tests/test_sampler.py checks greedy tokens and log-probs against the trainer's
-teacher-forced forward (rl/trainer.py's sequence_logprobs). Run the model in float32 for MRS statistics
+teacher-forced forward (rl/logprobs.py's sequence_logprobs). Run the model in float32 for MRS statistics
 near zero; bf16 gives mismatches of the order of bf16 rounding, as any two engines do.
 
 Covers Qwen3ForCausalLM (and models with the same layer layout: q/k/v/o projections, optional q/k norms,

@@ -60,6 +60,7 @@ class RLSettings:
     eps_high: float = 0.28
     dual_clip: float | None = 3.0
     grad_clip: float = 1.0
+    kl_coef: float = 0.0  # beta of the per-token KL penalty to the starting model (rl/loss.py); 0: no reference kept
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)

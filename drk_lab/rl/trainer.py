@@ -11,7 +11,8 @@ One step: rollouts (collect_rollouts: the model itself, unwrapped, samples at te
 KernelEnv; evaluations run concurrently) -> token batch -> log-probs recomputed by the trained model
 (no gradient) -> MRS rejects trajectories whose rollout log-probs drifted -> PRS rejects lazy turns
 -> turn-level TRLOO (or multi-turn GRPO) advantages over the valid turns, spread onto each turn's
-model tokens -> clipped-ratio loss (rl/loss.py) in micro-batches -> gradient clip -> AdamW step and
+model tokens -> clipped-ratio loss (rl/loss.py; with kl_coef, plus a KL penalty towards the starting
+model, whose log-probs a frozen copy computes) in micro-batches -> gradient clip -> AdamW step and
 LR schedule. Each step appends one row to the run log (rl/runlog.py) and, at the interval, saves a
 checkpoint (accelerate's save_state: weights or adapter, optimizer, scheduler, RNG states, step).
 
@@ -41,6 +42,7 @@ that the averaged gradient is the global sequence mean, and metrics are summed o
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import time
@@ -54,6 +56,7 @@ from drk_lab.agent.trajectory import write_jsonl
 from drk_lab.rl.advantages import batch_advantages, returns_to_go
 from drk_lab.rl.batch import SequenceBatch, build_batch
 from drk_lab.rl.filters import mismatch_rejection, profiling_rejection_with_metrics
+from drk_lab.rl.logprobs import batch_logprobs, sequence_logprobs
 from drk_lab.rl.loss import clipped_policy_loss, masked_mean
 from drk_lab.rl.rollout import TokenPolicy, collect_rollouts, tasks_of_step
 from drk_lab.rl.sampler import StaticCachePolicy
@@ -87,24 +90,6 @@ class TrainerState:
 
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
-
-
-def sequence_logprobs(model, rows: dict, entropy: bool = False, return_logits: bool = False):
-    """Log-probability of every token given the ones before it ([n, L]; 0 at position 0), optionally
-    the entropy of each predictive distribution (no gradient) and the logits."""
-    from trl.trainer.utils import entropy_from_logits, selective_log_softmax
-
-    logits = model(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"],
-                   position_ids=rows["position_ids"], use_cache=False).logits
-    shifted = logits[:, :-1]
-    logp = torch.nn.functional.pad(selective_log_softmax(shifted, rows["input_ids"][:, 1:]).float(), (1, 0))
-    out = [logp]
-    if entropy:
-        with torch.no_grad():
-            out.append(torch.nn.functional.pad(entropy_from_logits(shifted.detach()).float(), (1, 0)))
-    if return_logits:
-        out.append(logits)
-    return out[0] if len(out) == 1 else tuple(out)
 
 
 def _load_model(model_or_path, tokenizer, dtype: str | None):
@@ -148,6 +133,10 @@ class RLTrainer:
                              f"{self.accelerator.num_processes} processes")
         set_seed(s.seed)
         model, self.tokenizer = _load_model(model_or_path, tokenizer, s.model_dtype)
+        # the KL penalty's reference: the model as it starts, copied before LoRA and before a checkpoint is
+        # loaded, so that a resumed run is still pulled towards where the whole run began
+        self.reference = (copy.deepcopy(model).requires_grad_(False).eval().to(self.accelerator.device)
+                          if s.kl_coef else None)
         if s.lora:
             from peft import LoraConfig, get_peft_model
 
@@ -251,20 +240,11 @@ class RLTrainer:
     def _micro_batches(self, index: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(index, self.settings.micro_batch_size)) or [index]
 
-    @torch.no_grad()
-    def recompute_logprobs(self, batch: SequenceBatch) -> torch.Tensor:
-        """The trained model's log-probabilities of the batch's tokens, without gradient ([N, L], on CPU)."""
-        out = torch.zeros_like(batch.rollout_logp)
-        for index in self._micro_batches(torch.arange(batch.num_sequences)):
-            rows = {k: v.to(self.accelerator.device) for k, v in batch.rows(index).items()}
-            with self.accelerator.autocast():
-                logp = sequence_logprobs(self.model, rows).cpu()
-            width = logp.shape[1]
-            if batch.padding_side == "right":
-                out[index, :width] = logp
-            else:
-                out[index, out.shape[1] - width:] = logp
-        return out
+    def recompute_logprobs(self, batch: SequenceBatch, model=None) -> torch.Tensor:
+        """The trained model's (or `model`'s: the reference) log-probabilities of the batch's tokens, without
+        gradient ([N, L], on CPU)."""
+        return batch_logprobs(model or self.model, batch, micro_batch_size=self.settings.micro_batch_size,
+                              device=self.accelerator.device, autocast=self.accelerator.autocast)
 
     def select(self, batch: SequenceBatch, old_logp: torch.Tensor, step: int) -> tuple[torch.Tensor, dict]:
         """valid[B, T]: turns that exist, in trajectories MRS keeps, not rejected by PRS; and their metrics."""
@@ -299,13 +279,16 @@ class RLTrainer:
     def _global_sum(self, value: float) -> float:
         return float(self.accelerator.reduce(torch.tensor([float(value)], device=self.accelerator.device), "sum"))
 
-    def optimize(self, batch: SequenceBatch, old_logp: torch.Tensor, adv: torch.Tensor, valid: torch.Tensor) -> dict:
-        """Mini-batch optimizer steps over the batch; returns local metric sums and the grad norms."""
+    def optimize(self, batch: SequenceBatch, old_logp: torch.Tensor, adv: torch.Tensor, valid: torch.Tensor,
+                 ref_logp: torch.Tensor | None = None) -> dict:
+        """Mini-batch optimizer steps over the batch (with the KL penalty towards `ref_logp` when given);
+        returns local metric sums and the grad norms."""
         acc = self.accelerator
         token_adv = batch.token_values(adv)
         loss_mask = batch.model_mask & (batch.token_values(valid.float()) > 0)
         trained = loss_mask.any(-1)
-        sums = {name: 0.0 for name in ("loss", "entropy", "tokens", *LOSS_METRICS)}
+        names = (*LOSS_METRICS, "ref_kl") if ref_logp is not None else LOSS_METRICS
+        sums = {name: 0.0 for name in ("loss", "entropy", "tokens", *names)}
         grad_norms, forward_tokens = [], 0
         self.model.train()
         for mini in torch.tensor_split(torch.arange(batch.num_sequences), self.settings.mini_batches):
@@ -326,14 +309,15 @@ class RLTrainer:
                         loss, m = clipped_policy_loss(
                             logp, old_logp[index][:, cut].to(acc.device), token_adv[index][:, cut].to(acc.device),
                             mask, eps_low=self.settings.eps_low, eps_high=self.settings.eps_high, dual_clip=self.settings.dual_clip,
-                            num_sequences=count / acc.num_processes)
+                            num_sequences=count / acc.num_processes, kl_coef=self.settings.kl_coef,
+                            ref_logp=None if ref_logp is None else ref_logp[index][:, cut].to(acc.device))
                     acc.backward(loss)
                 forward_tokens += int(rows["attention_mask"].sum())
                 tokens = float(m["tokens"])
                 sums["loss"] += float(loss.detach())  # summed over processes, divided by their number: the global mean
                 sums["tokens"] += tokens
                 sums["entropy"] += float(masked_mean(entropy, mask)) * tokens
-                for name in LOSS_METRICS:
+                for name in names:
                     sums[name] += float(m[name]) * tokens
             grad_norms.append(float(acc.clip_grad_norm_(self.params, self.settings.grad_clip)))
             self.optimizer.step()
@@ -358,7 +342,8 @@ class RLTrainer:
         old_logp = self.recompute_logprobs(batch)
         valid, filter_metrics = self.select(batch, old_logp, step)
         adv = self.advantages(batch, valid, step)
-        opt = self.optimize(batch, old_logp, adv, valid)
+        ref_logp = self.recompute_logprobs(batch, self.reference) if self.reference is not None else None
+        opt = self.optimize(batch, old_logp, adv, valid, ref_logp)
         training_s = time.perf_counter() - train_started
         self.state.step += 1
         row = step_row(acc, self.state.step, lr, rollout, batch, valid, adv,
