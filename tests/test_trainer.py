@@ -151,7 +151,7 @@ def settings(tmp_path, **kwargs):
 
 
 def weights(trainer):
-    return {k: v.detach().clone() for k, v in trainer.accelerator.unwrap_model(trainer.model).named_parameters()}
+    return {k: v.detach().cpu().clone() for k, v in trainer.accelerator.unwrap_model(trainer.model).named_parameters()}
 
 
 REQUIRED = ["step", "lr", "loss", "reward_mean", "reward_mean/turn_1", "reward_mean/turn_2", "fast@1/turn_1",
@@ -262,12 +262,13 @@ def test_kl_penalty_pulls_a_drifted_policy_back_when_every_advantage_is_zero(tin
     trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, kl_coef=1.0, lr=1e-3, mini_batches=1,
                                                                  save_rollouts=False))
     start = weights(trainer)
-    reference = dict(trainer.reference.named_parameters())
-    assert all(torch.equal(reference[k], start[k]) and not reference[k].requires_grad for k in start)
+    reference = {k: p.detach().cpu() for k, p in trainer.reference.named_parameters()}
+    assert all(torch.equal(reference[k], start[k]) for k in start)
+    assert not any(p.requires_grad for p in trainer.reference.parameters())
     with torch.no_grad():  # the policy drifts away from its reference
         generator = torch.Generator().manual_seed(0)
         for p in trainer.params:
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+            p.add_(0.05 * torch.randn(p.shape, generator=generator).to(p.device))
     trainer._ensure_scheduler(1)
     batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
     old, ref = trainer.recompute_logprobs(batch), trainer.recompute_logprobs(batch, trainer.reference)
@@ -281,11 +282,11 @@ def test_kl_penalty_pulls_a_drifted_policy_back_when_every_advantage_is_zero(tin
     after = trainer.recompute_logprobs(batch)
     tokens = batch.model_mask
     assert float((after - ref)[tokens].abs().mean()) < float((old - ref)[tokens].abs().mean())
-    assert all(torch.equal(p, start[k]) for k, p in trainer.reference.named_parameters())  # never trained
+    assert all(torch.equal(p.cpu(), start[k]) for k, p in trainer.reference.named_parameters())  # never trained
 
     trainer.save_checkpoint()
     resumed = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, kl_coef=1.0, resume_from="latest"))
-    assert all(torch.equal(p, start[k]) for k, p in resumed.reference.named_parameters())
+    assert all(torch.equal(p.cpu(), start[k]) for k, p in resumed.reference.named_parameters())
     assert any(not torch.equal(v, start[k]) for k, v in weights(resumed).items())
     assert "ref_kl" in resumed.step() and RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path)).reference is None
 
