@@ -118,12 +118,16 @@ def test_mini_drkernel(tmp_path):
     # the default run's snapshot after step 6 against the arm's end; the pooled table leaves the snapshot out
     assert "<td>rl_trloo_long_step6</td>\n      <td>rl_trloo_long</td>" in text
     assert "mini_h200_long_trloo/rl_trloo_long</td>" in text and "long_trloo/rl_trloo_long_step6" not in text
-    # the carried arm counts at step 16, its last evaluated point (step 28 has only its log)
-    assert "mini_h200_carried_trloo/rl_trloo_long_step16</td>" in text
+    # the carried arm counts at its evaluated end (step 32), its earlier point at step 16 left out
+    assert "mini_h200_carried_trloo/rl_trloo_long</td>" in text and "carried_trloo/rl_trloo_long_step16</td>" not in text
     assert "mini_h200_four_step_trloo/rl_trloo_long</td>" in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert "no held-out probes during RL" in text  # the fifteenth run had none
     assert (tmp_path / "mini_curves.html").exists()
+    carried = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_carried_trloo",
+                  figure_name=str(tmp_path / "carried"))
+    assert "<td>rl_trloo_long</td>\n      <td>rl_trloo_long_step16</td>" in carried  # the end against step 16
+    assert "<td>trloo_long</td>\n      <td>30</td>" in carried  # the held-out probe that caught the collapse
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
     smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
