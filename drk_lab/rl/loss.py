@@ -14,7 +14,8 @@ Per token, with ratio r = exp(logp - old_logp) and advantage A:
 With a reference (`ref_logp`, the starting model's log-probs, and `kl_coef` = beta > 0) each token adds
     beta * k3,  k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1     (>= 0; its mean estimates KL(new || ref))
 a pull towards the starting model that acts where rewards cannot: when every sample of a group fails
-the same way, the group's advantages are all zero and nothing else resists the drift that caused it.
+the same way, the group's advantages are all zero and this is the only term left (its gradient, like
+the others', reaches the logits scaled by 1 - p of the sampled token: it moves uncertain tokens).
 Aggregation "seq-mean-token-sum": each sequence's token losses are summed, then the sums are
 averaged over `num_sequences` (by default the N rows given; the trainer passes the count over the
 whole optimizer step so that micro-batches and processes add up to one mean).

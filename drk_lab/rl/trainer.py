@@ -243,7 +243,7 @@ class RLTrainer:
     def recompute_logprobs(self, batch: SequenceBatch, model=None) -> torch.Tensor:
         """The trained model's (or `model`'s: the reference) log-probabilities of the batch's tokens, without
         gradient ([N, L], on CPU)."""
-        return batch_logprobs(model or self.model, batch, micro_batch_size=self.settings.micro_batch_size,
+        return batch_logprobs(self.model if model is None else model, batch, micro_batch_size=self.settings.micro_batch_size,
                               device=self.accelerator.device, autocast=self.accelerator.autocast)
 
     def select(self, batch: SequenceBatch, old_logp: torch.Tensor, step: int) -> tuple[torch.Tensor, dict]:
