@@ -80,6 +80,11 @@ def test_precision_downgrade_needs_low_precision_values_that_are_nearly_right():
     assert precision_findings(ref.half(), ref.half(), "trial 0") == []  # a float16 task has nothing lower to check
     pair = (ref, ref.to(torch.bfloat16).float())
     assert "output 1" in precision_findings(pair, (ref, ref), "trial 0")[0][1]
+    # bf16 numbers (also fp16 numbers) 0.0196 from a reference of 1.0038, inside the 0.02 that bf16's
+    # tolerance allows there; rounding the reference to bf16 (1.0) would have put them 0.0234 away and
+    # named the output fp16, as a CI run once did with the bf16 plant
+    (code, message), = precision_findings(torch.full((8,), 1.0234375), torch.full((8,), 1.0038), "trial 0")
+    assert "bfloat16 number" in message
 
 
 def test_hack_checks_can_be_turned_off(tasks):
