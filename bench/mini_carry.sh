@@ -10,7 +10,9 @@
 #   later, on a fresh machine, each call carrying .carry/next (filled here first):
 #     bash bench/mini_carry.sh next                    # here: the next 3 parts not yet sent (36 MiB)
 #     bash bench/mini_carry.sh in                      # there: adds them; with the last one, unpacks runs/mini
-#   then mini_device.sh with a larger --set rl_budget_s resumes the arm from its last step.
+#   then mini_device.sh with a larger --set rl_budget_s resumes the arm from its last step (or, with a new TAG,
+#   starts another arm from the same SFT model); the last part can go in the same command as its first call:
+#     bash bench/mini_carry.sh in && CONTINUE=1 TAG=... bash bench/mini_device.sh 570 ...   # carry .carry/next too
 # The arm's end evaluation goes along renamed as its earlier point, eval_rl_<tag>_step<N> (and rl_<tag>.json as
 # rl_<tag>_step<N>.json), so that mini_device.sh trains on and evaluates the new end, paired with that point.
 # Left behind: the random and pretrained models and the exported ones (no later phase reads them).
