@@ -513,6 +513,11 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
     run("--smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", "rl_trloo",
         "--set", "stts_tasks=0", "--set", "eval_builtin_levels=()")
     assert f"rl_trloo_step{step}" in read(run_dir / "eval_rl_trloo.json")["heldout"]["paired_with_rl"]
+    # another arm from the carried SFT model, with the KL penalty: it starts at step 0, beside the carried one
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_kl", "--set", "rl_steps=1",
+        "--set", "rl_kl_coef=0.1")
+    other = read(run_dir / "rl_trloo_kl.json")
+    assert other["steps_done"] == 1 and not other["resumed"] and read(run_dir / "rl_trloo.json") == resumed
     # parts that do not add up to the manifest's checksum are refused, and nothing is unpacked
     broken = machine("broken")
     shutil.copytree(here / ".carry" / "parts", broken / ".carry" / "next")
