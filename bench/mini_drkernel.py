@@ -330,7 +330,8 @@ def phase_rl(args, settings, out: Path) -> dict:
         feedback_tokens=settings.feedback_tokens, sampler="static", cuda_graph=settings.cuda_graph,
         generation_batch_size=4096,
         micro_batch_size=settings.micro_batch_size, mini_batches=settings.mini_batches, lr=settings.rl_lr,
-        kl_coef=settings.rl_kl_coef, advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs, eval_kwargs=eval_kwargs(settings),
+        kl_coef=settings.rl_kl_coef, advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs,
+        eval_kwargs=eval_kwargs(settings),
         log_dir=str(folder / "log"), checkpoint_dir=str(ckpt), checkpoint_every=1, resume_from=resume,
         save_rollouts=False)
     from tqdm.auto import tqdm

@@ -109,10 +109,11 @@ def caught_hacks(trajectories) -> list[dict]:
     """The replies the harness caught cheating, one row each: task, sample, turn, the checks that fired
     (`reasons`), the harness's message and the code, to read what the policy tried (a count alone cannot
     tell a deliberate shortcut from a reply cut short before its kernel launch)."""
+    from drk_lab.agent.rewards import is_hacked
+
     return [{"task": t.task, "sample": t.sample, "turn": turn.index, "reasons": list(turn.result.hack_reasons),
              "error": turn.result.error, "code": turn.code}
-            for t in trajectories for turn in t.turns
-            if turn.result is not None and (turn.result.hacked or turn.result.error_kind == "hacked")]
+            for t in trajectories for turn in t.turns if turn.result is not None and is_hacked(turn.result)]
 
 
 def paired_comparison(base, trajectories) -> dict:
