@@ -13,6 +13,9 @@
 #   then mini_device.sh with a larger --set rl_budget_s resumes the arm from its last step (or, with a new TAG,
 #   starts another arm from the same SFT model); the last part can go in the same command as its first call:
 #     bash bench/mini_carry.sh in && CONTINUE=1 TAG=... bash bench/mini_device.sh 570 ...   # carry .carry/next too
+#   a new arm needs only the SFT model: first, here, cut the parts down to it and its evaluations (about 10
+#   parts instead of 37; the whole state moves to .carry/whole):
+#     bash bench/mini_carry.sh sft
 # The arm's end evaluation goes along renamed as its earlier point, eval_rl_<tag>_step<N> (and rl_<tag>.json as
 # rl_<tag>_step<N>.json), so that mini_device.sh trains on and evaluates the new end, paired with that point.
 # Left behind: the random and pretrained models and the exported ones (no later phase reads them).
@@ -20,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run=runs/mini
 part_size=${PART_SIZE:-12M}  # split's size: 5 parts of 12 MiB a call back, 3 beside the repository in, under 64 MiB
-usage() { echo "usage: bench/mini_carry.sh out K | keep FOLDER | next | in" >&2; exit 2; }
+usage() { echo "usage: bench/mini_carry.sh out K | keep FOLDER | next | in | sft" >&2; exit 2; }
 
 pack() {  # runs/carry_out/part-NNN and manifest: the run's state, the arm's end renamed as its earlier point
   local tag=${TAG:?TAG: the arm to carry, as given to mini_device.sh}
@@ -32,13 +35,14 @@ pack() {  # runs/carry_out/part-NNN and manifest: the run's state, the arm's end
   for d in $run/rl_*/ckpt/step_*; do [ "$d" = "$ckpt" ] || skip+=(--exclude="./${d#$run/}"); done
   local as_earlier="s,^\./\(eval_\)\?rl_${tag}\(\|_heldout\|_seen\|_builtin\|_heldout_stts\)\.json,./\1rl_${tag}_step$step\2.json,"
   rm -rf runs/carry_out && mkdir -p runs/carry_out
-  tar cf - -C $run "${skip[@]}" --transform="$as_earlier" . |
-    gzip -1 | split -a 3 -d -b "$part_size" - runs/carry_out/part-
-  local parts
-  parts=$(ls runs/carry_out | wc -l)
-  (echo "parts=$parts"; echo "tag=$tag"; echo "step=$step"
-   echo "sha256=$(cat runs/carry_out/part-* | sha256sum | cut -d' ' -f1)") >runs/carry_out/manifest
-  echo "packed rl_$tag at step $step ($(basename "$ckpt")) into $parts parts of $part_size"
+  tar cf - -C $run "${skip[@]}" --transform="$as_earlier" . | split_into runs/carry_out "$tag" "$step"
+  echo "packed rl_$tag at step $step ($(basename "$ckpt")) into $(ls runs/carry_out | grep -c part-) parts of $part_size"
+}
+
+split_into() {  # split_into FOLDER TAG STEP: the tar stream on stdin, compressed, as FOLDER's parts and manifest
+  gzip -1 | split -a 3 -d -b "$part_size" - "$1/part-"
+  (echo "parts=$(ls "$1" | grep -c part-)"; echo "tag=$2"; echo "step=$3"
+   echo "sha256=$(cat "$1"/part-* | sha256sum | cut -d' ' -f1)") >"$1/manifest"
 }
 
 case ${1:-} in
@@ -88,7 +92,21 @@ case ${1:-} in
              "send them all again (remove .carry/sent here)" >&2; exit 1; }
     [ ! -e $run ] || { echo "mini_carry: $run exists already; a carried run goes to a fresh machine" >&2; exit 2; }
     mkdir -p $run && cat runs/carried/part-* | gunzip | tar xf - -C $run && rm -rf runs/carried
-    echo "unpacked: $run holds rl_$(grep -oP '^tag=\K.*' .carry/next/manifest) at step $(grep -oP '^step=\K.*' .carry/next/manifest)"
+    tag=$(grep -oP '^tag=\K.*' .carry/next/manifest)
+    if [ "$tag" = sft ]; then echo "unpacked: $run holds the SFT model and its evaluations (no RL arm)"
+    else echo "unpacked: $run holds rl_$tag at step $(grep -oP '^step=\K.*' .carry/next/manifest)"; fi
+    ;;
+  sft)  # sft: here, .carry/parts cut down to what a new arm needs (no arm's checkpoint, probes or evaluations)
+    [ -f .carry/parts/manifest ] || { echo "mini_carry: .carry/parts holds no run (bench/mini_carry.sh keep)" >&2; exit 2; }
+    [ ! -e .carry/whole ] || { echo "mini_carry: .carry/whole exists: the parts were cut down already" >&2; exit 2; }
+    [ "$(grep -oP '^tag=\K.*' .carry/parts/manifest)" != sft ] || { echo "mini_carry: .carry/parts holds the SFT model only already" >&2; exit 2; }
+    unpacked=$(mktemp -d)
+    cat .carry/parts/part-* | gunzip | tar xf - -C "$unpacked"
+    mv .carry/parts .carry/whole && mkdir .carry/parts && rm -rf .carry/sent .carry/next
+    tar cf - -C "$unpacked" --exclude='./rl_*' --exclude='./eval_rl_*' . | split_into .carry/parts sft 0
+    rm -rf "$unpacked"
+    echo "$(ls .carry/parts | grep -c part-) parts hold the SFT model and its evaluations;" \
+         "the whole state ($(ls .carry/whole | grep -c part-) parts) is in .carry/whole"
     ;;
   *) usage ;;
 esac

@@ -483,8 +483,8 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
     import io
     import tarfile
 
-    stream = b"".join(p.read_bytes() for p in sorted((here / ".carry" / "parts").glob("part-*")))
-    names = set(tarfile.open(fileobj=io.BytesIO(stream), mode="r:gz").getnames())
+    stream_whole = b"".join(p.read_bytes() for p in sorted((here / ".carry" / "parts").glob("part-*")))
+    names = set(tarfile.open(fileobj=io.BytesIO(stream_whole), mode="r:gz").getnames())
     checkpoints = sorted(n for n in names if n.startswith("./rl_trloo/ckpt/step_") and n.count("/") == 3)
     assert checkpoints == [f"./rl_trloo/ckpt/step_{step:06d}"]
     assert "./sft/model.safetensors" in names and "./init/config.json" in names
@@ -513,11 +513,28 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
     run("--smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", "rl_trloo",
         "--set", "stts_tasks=0", "--set", "eval_builtin_levels=()")
     assert f"rl_trloo_step{step}" in read(run_dir / "eval_rl_trloo.json")["heldout"]["paired_with_rl"]
-    # another arm from the carried SFT model, with the KL penalty: it starts at step 0, beside the carried one
-    run("--smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_kl", "--set", "rl_steps=1",
+    # a new arm needs only the SFT model: the parts cut down to it here (the whole state kept) go to
+    # another fresh machine in fewer calls, and an arm with the KL penalty starts there at step 0
+    said = sh(here, "sft").stdout
+    assert "parts hold the SFT model" in said
+    assert len(list((here / ".carry" / "whole").glob("part-*"))) == parts
+    stream = b"".join(p.read_bytes() for p in sorted((here / ".carry" / "parts").glob("part-*")))
+    cut = set(tarfile.open(fileobj=io.BytesIO(stream), mode="r:gz").getnames())
+    assert "./sft/model.safetensors" in cut and "./eval_sft.json" in cut
+    assert not any(n.startswith(("./rl_", "./eval_rl_")) for n in cut) and len(stream) < len(stream_whole)
+    again = sh(here, "sft", check=False)
+    assert again.returncode == 2 and "cut down already" in again.stderr
+    second = machine("second")
+    while (said := sh(here, "next", check=False)).returncode == 0:
+        shutil.rmtree(second / ".carry", ignore_errors=True)
+        shutil.copytree(here / ".carry" / "next", second / ".carry" / "next")
+        last = sh(second, "in").stdout
+    assert "holds the SFT model and its evaluations" in last
+    kl_dir = second / "runs" / "mini"
+    run("--smoke", "--out", kl_dir, "--phase", "rl", "--tag", "trloo_kl", "--set", "rl_steps=1",
         "--set", "rl_kl_coef=0.1")
-    other = read(run_dir / "rl_trloo_kl.json")
-    assert other["steps_done"] == 1 and not other["resumed"] and read(run_dir / "rl_trloo.json") == resumed
+    other = read(kl_dir / "rl_trloo_kl.json")
+    assert other["steps_done"] == 1 and not other["resumed"] and not (kl_dir / "rl_trloo.json").exists()
     # parts that do not add up to the manifest's checksum are refused, and nothing is unpacked
     broken = machine("broken")
     shutil.copytree(here / ".carry" / "parts", broken / ".carry" / "next")
