@@ -64,6 +64,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from drk_lab.harness.settings import current as harness_settings  # noqa: E402
 from drk_lab.mini_drkernel import MiniSettings, write_json  # noqa: E402
 from drk_lab.rl.advantages import ADVANTAGES  # noqa: E402
 
@@ -553,6 +554,7 @@ def main(argv=None) -> int:
                     earlier = out / f"rl_{args.tag}.json"
                     result["seconds"] += json.loads(earlier.read_text())["seconds"] if earlier.exists() else 0.0
                 result["set"] = args.set  # this call's --set NAME=VALUE, beside the run's settings.json
+                result["cap_atol_by_rms"] = harness_settings().cap_atol_by_rms  # what counted as correct
                 write_json(out / (f"eval_{Path(target).name}.json" if target else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json"), result)
                 print(f"   {phase} done in {result['seconds']:.1f} s", flush=True)
                 if args.export:

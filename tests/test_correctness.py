@@ -192,3 +192,58 @@ def test_fingerprints_follow_the_values_without_overflowing():
     other = huge.clone()
     other[0] = 1e30
     assert fingerprint(huge) != fingerprint(other)
+
+
+# -- outputs smaller than the tolerance -----------------------------------------------------------
+# A softmax over 4,096 fp16 columns is about 2.4e-4 everywhere, far below fp16's atol of 1e-2: under
+# atol * max(1, RMS) alone any output near zero passed. The cap keeps the absolute part of the bound
+# under a tenth of the reference's RMS.
+
+@pytest.fixture
+def uncapped():
+    from drk_lab.harness import settings
+
+    settings.change(cap_atol_by_rms=False)
+    yield
+    settings.change(cap_atol_by_rms=True)
+
+
+def fp16_softmax_rows():
+    torch.manual_seed(0)
+    logits = torch.randn(32, 4096) * 0.5  # every value below 0.01
+    return logits.softmax(-1).half(), logits.double().softmax(-1)
+
+
+def test_an_output_below_atol_is_still_checked(uncapped):
+    ref, exact = fp16_softmax_rows()
+    wrong = [torch.zeros_like(ref), (ref.float() * 1.3).half(),  # nothing, or 30% off everywhere
+             ref.flip(-1)]  # the right values in the wrong places
+    for out in wrong:
+        compare(out, ref)  # uncapped: the tolerance is larger than the output, and each passes
+
+
+@pytest.mark.parametrize("out", ["zeros", "scaled", "flipped"])
+def test_the_cap_fails_what_the_uncapped_bound_waved_through(out):
+    ref, _ = fp16_softmax_rows()
+    out = {"zeros": torch.zeros_like(ref), "scaled": (ref.float() * 1.3).half(), "flipped": ref.flip(-1)}[out]
+    with pytest.raises(Mismatch):
+        compare(out, ref)
+
+
+def test_correct_low_precision_results_still_pass_under_the_cap():
+    ref, exact = fp16_softmax_rows()
+    compare(exact.half(), ref)  # rounded once from float64, against PyTorch's fp16 softmax
+    compare(exact.bfloat16().float().half(), ref, atol=1e-2, rtol=1e-2)  # bf16's rounding, in fp16 clothes
+    bf16_ref = (torch.randn(64, 4096) * 0.01).softmax(-1).bfloat16()  # near-uniform, near-equal values
+    compare((bf16_ref.double() * (1 + 3e-3)).bfloat16(), bf16_ref)  # within one bf16 step
+
+
+def test_the_cap_by_hand():
+    # RMS of [0.004, 0, 0, 0] is 0.002: the absolute part is min(1e-2 * 1, 0.1 * 0.002) = 2e-4
+    ref = torch.tensor([0.004, 0.0, 0.0, 0.0])
+    compare(torch.tensor([0.004, 1.9e-4, 0.0, 0.0]), ref, atol=1e-2, rtol=0.0)
+    with pytest.raises(Mismatch, match="atol=0.0002 rtol=0"):
+        compare(torch.tensor([0.004, 2.1e-4, 0.0, 0.0]), ref, atol=1e-2, rtol=0.0)
+    # an all-zero reference has no scale of its own and keeps atol; above RMS 0.1 (fp16) nothing changes
+    compare(torch.full((4,), 9e-3), torch.zeros(4), atol=1e-2, rtol=0.0)
+    assert compare(with_value(torch.tensor(REF), 1, 0.039), torch.tensor(REF), 0.01, 0.0) == pytest.approx(0.039)

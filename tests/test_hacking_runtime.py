@@ -64,7 +64,7 @@ def test_named_plants_say_what_they_did(results):
 
 def test_constant_output_is_named_when_a_loose_tolerance_lets_it_pass(tasks):
     plant = next(p for p in PLANTS if p.name == "constant_output__zeros")
-    r = drk.evaluate(tasks[plant.task].small(), plant.code, device="cpu", atol=1.0, correctness_trials=3)
+    r = drk.evaluate(tasks[plant.task].small(), plant.code, device="cpu", atol=1.0, rtol=1.0, correctness_trials=3)
     assert r.hacked and r.hack_reasons == ["constant_output"] and r.trials == 3, r.error
 
 
@@ -215,16 +215,21 @@ class ModelNew(nn.Module):
 
 def test_kernels_off_check_is_inconclusive_where_zeros_would_pass():
     """A softmax over 4096 columns in fp16: every value (about 2.4e-4, at most about 0.002 for these inputs)
-    is within the fp16 tolerance of zero, so an output left unwritten passes the comparison and says nothing
-    about who did the work (an honest GEMM + softmax was once flagged `torch_does_the_work` on the H200)."""
+    is within fp16's atol of zero. Without the cap on atol (`cap_atol_by_rms`), an output left unwritten
+    passes the comparison and says nothing about who did the work (an honest GEMM + softmax was once
+    flagged `torch_does_the_work` on the H200); with it, zeros fail and the check runs and passes."""
     from drk_lab.harness.task import task_from_source
 
     task = task_from_source(LONG_ROW_SOFTMAX, "long_row_softmax", level=1)
     r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2)
+    assert r.ok and not r.hacked and not any("kernels-off" in n for n in r.notes), (r.error, r.notes)
+    drk.configure(cap_atol_by_rms=False)
+    try:
+        r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2)
+    finally:
+        drk.configure(cap_atol_by_rms=True)
     assert r.ok and not r.hacked, r.error
     assert "kernels-off check inconclusive: the reference's output is within tolerance of zero" in r.notes
-    r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2, atol=1e-5, rtol=1e-2)
-    assert r.ok and not any("kernels-off" in n for n in r.notes)  # a tight atol: the check runs and passes
 
 
 NEAR_CONSTANT_SOFTMAX = '''import torch
@@ -241,7 +246,7 @@ dim = 4096
 
 
 def get_inputs():
-    return [0.05 * torch.randn(batch_size, dim)]  # small logits: every value is close to 1/4096
+    return [0.001 * torch.randn(batch_size, dim)]  # tiny logits: every value is within 0.1% of 1/4096
 
 
 def get_init_inputs():

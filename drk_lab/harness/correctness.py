@@ -81,22 +81,42 @@ def flatten(out) -> list:
     return [out]
 
 
-def reference_scale(ref: torch.Tensor) -> torch.Tensor:
-    """max(1, RMS of the reference's finite values), as a 0-d tensor on the reference's device:
-    rounding errors grow with the size of the numbers involved, so an element that cancels to near
-    zero in a long sum keeps the error of its terms. The absolute tolerance is multiplied by it.
-    Computed as peak * RMS(values / peak), so that squares cannot overflow float32."""
+# the largest absolute error any element may have, as a share of the reference's RMS (when the harness
+# setting cap_atol_by_rms is on): ten times what fp16 or bf16 rounding of a correct result comes to
+RMS_SHARE = 0.1
+
+
+def reference_rms(ref: torch.Tensor) -> torch.Tensor:
+    """The RMS of the reference's finite values, as a 0-d tensor on the reference's device; computed as
+    peak * RMS(values / peak), so that squares cannot overflow float32."""
     finite = ref.isfinite()
     values = torch.where(finite, ref, 0).abs()
     peak = values.max() if values.numel() else values.new_zeros(())
-    rms = peak * ((values / peak.clamp_min(torch.finfo(values.dtype).tiny)).square().sum()
-                  / finite.sum().clamp_min(1)).sqrt()
-    return rms.clamp_min(1.0)
+    return peak * ((values / peak.clamp_min(torch.finfo(values.dtype).tiny)).square().sum()
+                   / finite.sum().clamp_min(1)).sqrt()
+
+
+def reference_scale(ref: torch.Tensor) -> torch.Tensor:
+    """max(1, RMS of the reference): rounding errors grow with the size of the numbers involved, so an
+    element that cancels to near zero in a long sum keeps the error of its terms. The absolute
+    tolerance is multiplied by it."""
+    return reference_rms(ref).clamp_min(1.0)
+
+
+def absolute_limit(ref: torch.Tensor, atol: float) -> torch.Tensor:
+    """The absolute part of an element's bound: atol * max(1, RMS), and with cap_atol_by_rms at most
+    RMS_SHARE * RMS, so that a tolerance larger than the output itself does not wave every output
+    through (an all-zero reference keeps atol: it has no scale of its own)."""
+    rms = reference_rms(ref)
+    limit = atol * rms.clamp_min(1.0)
+    if current().cap_atol_by_rms:
+        limit = torch.where(rms > 0, torch.minimum(limit, RMS_SHARE * rms), limit)
+    return limit
 
 
 def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> float:
     """Raise Mismatch describing the first difference; return the largest absolute error.
-    An element passes when |out - ref| <= atol * reference_scale(ref) + rtol * |ref|."""
+    An element passes when |out - ref| <= absolute_limit(ref, atol) + rtol * |ref|."""
     outs, refs = flatten(out), flatten(ref)
     if len(outs) != len(refs):
         raise Mismatch(f"returned {len(outs)} outputs, the reference returns {len(refs)}")
@@ -126,7 +146,7 @@ def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> f
         # used here; it moves half the bytes of float64 (outputs of hundreds of MB are common)
         work = torch.float64 if r.dtype == torch.float64 else torch.float32
         ow, rw = o.detach().to(work), r.detach().to(work)  # detached: mode_findings compares with gradients on
-        limit = a * reference_scale(rw)
+        limit = absolute_limit(rw, a)
         diff = (ow - rw).abs_()
         allowed = rw.abs().mul_(rt).add_(limit)
         # the common case in few passes over the output (a check runs about ten times per evaluation, on
