@@ -11,6 +11,8 @@
 #   TAG=trloo_long ABLATION=none bash bench/mini_device.sh 470 --set rl_budget_s=780 --set rl_snapshot_step=6
 #                                    # one long TRLOO arm, evaluated at its end and after its sixth step
 #   CONTINUE=1 bash bench/mini_device.sh 585 ...   # a later call: stops at once on a fresh machine
+#   DRK_CAP_ATOL_BY_RMS=0 CONTINUE=1 bash bench/mini_device.sh 585 ...   # an arm begun before the tolerance cap
+#                                    # (2026-12-04) goes on under the rule it began with (docs/flow.md)
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
 # says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
 # not fit in what is left of a call gives that time to RL steps instead; an RL phase stops before a step
