@@ -99,7 +99,6 @@ case ${1:-} in
   sft)  # sft: here, .carry/parts cut down to what a new arm needs (no arm's checkpoint, probes or evaluations)
     [ -f .carry/parts/manifest ] || { echo "mini_carry: .carry/parts holds no run (bench/mini_carry.sh keep)" >&2; exit 2; }
     [ ! -e .carry/whole ] || { echo "mini_carry: .carry/whole exists: the parts were cut down already" >&2; exit 2; }
-    [ "$(grep -oP '^tag=\K.*' .carry/parts/manifest)" != sft ] || { echo "mini_carry: .carry/parts holds the SFT model only already" >&2; exit 2; }
     unpacked=$(mktemp -d)
     cat .carry/parts/part-* | gunzip | tar xf - -C "$unpacked"
     mv .carry/parts .carry/whole && mkdir .carry/parts && rm -rf .carry/sent .carry/next
