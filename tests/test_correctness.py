@@ -214,8 +214,8 @@ def fp16_softmax_rows():
     return logits.softmax(-1).half(), logits.double().softmax(-1)
 
 
-def test_an_output_below_atol_is_still_checked(uncapped):
-    ref, exact = fp16_softmax_rows()
+def test_without_the_cap_an_output_below_atol_passes_whatever_it_holds(uncapped):
+    ref, _ = fp16_softmax_rows()
     wrong = [torch.zeros_like(ref), (ref.float() * 1.3).half(),  # nothing, or 30% off everywhere
              ref.flip(-1)]  # the right values in the wrong places
     for out in wrong:
