@@ -13,11 +13,15 @@
 #   CONTINUE=1 bash bench/mini_device.sh 585 ...   # a later call: stops at once on a fresh machine
 #   DRK_CAP_ATOL_BY_RMS=0 CONTINUE=1 bash bench/mini_device.sh 585 ...   # an arm begun before the tolerance cap
 #                                    # (2026-12-04) goes on under the rule it began with (docs/flow.md)
+#   EVAL_SECONDS=330 ABLATION=none bash bench/mini_device.sh 570 --set hidden_size=768 ...   # a larger model:
+#                                    # its first evaluation needs more than the default model's 240 s
 # Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
 # says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
-# not fit in what is left of a call gives that time to RL steps instead; an RL phase stops before a step
-# that would pass the call's end and resumes next call, and is finished once its steps have used
-# rl_budget_s, so the evaluation after it can follow in the same call. The machine goes back 30 s after a
+# not fit in what is left of a call gives that time to RL steps instead. Pretraining, SFT and RL stop before
+# a step that would pass the call's end, keeping their state, and resume next call (so a model whose
+# pretraining or SFT is longer than a call still fits); an RL phase is finished once its steps have used
+# rl_budget_s, so the evaluation after it can follow in the same call. Later evaluations need what the one
+# after SFT took (the run's own measure), with a margin. The machine goes back 30 s after a
 # call ends: make the calls back to back (a call on a fresh machine starts the run over).
 # bench/mini_carry.sh carries runs/mini to a later machine, where an RL arm resumes with a larger rl_budget_s.
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), the evaluations' trajectories as
@@ -40,9 +44,9 @@ run=runs/mini
 # calls): if the machine went back between calls, the fresh one has no SFT model, and starting the whole
 # pipeline over would spend the call on a different run; stop at once, before runs/mini is made (which
 # would also stop bench/mini_carry.sh from unpacking a carried run into it)
-if [ "${CONTINUE:-}" ] && [ ! -f $run/sft/config.json ]; then
-  echo "mini_device: $run holds no SFT model, so this machine is not the one that held the run (CONTINUE is" \
-       "set): carry the run in again with bench/mini_carry.sh, or call without CONTINUE to start a new run" >&2
+if [ "${CONTINUE:-}" ] && [ ! -f $run/init/config.json ]; then
+  echo "mini_device: $run holds no run, so this machine is not the one that held it (CONTINUE is set):" \
+       "carry the run in again with bench/mini_carry.sh, or call without CONTINUE to start a new run" >&2
   exit 2
 fi
 results=/tmp/mini_results
@@ -77,7 +81,19 @@ pack() {  # the evaluations' trajectories apart: with eval_samples=2 they pass t
   tar czf "$OUT/baselines.tgz" -C runs/cache baselines $([ -f runs/cache/copy_bandwidth.json ] && echo copy_bandwidth.json)
 }
 
-rl_done() { python3 -c "import json, sys; sys.exit(json.load(open('$run/rl_$1.json'))['stopped_by_time_limit'])" 2>/dev/null; }
+evaluation_seconds() {  # evaluation_seconds AT_LEAST: what the run's evaluation after SFT took, with a margin
+  python3 -c "import json; print(max($1, int(json.load(open('$run/eval_sft.json'))['seconds']) + 20))" 2>/dev/null || echo "$1"
+}
+stopped() {  # stopped NAME: NAME.json says its phase stopped at a call's limit (the next call resumes it)
+  python3 -c "import json, sys; sys.exit(not json.load(open('$run/$1.json')).get('stopped_by_time_limit'))" 2>/dev/null
+}
+rl_done() { [ -f $run/rl_$1.json ] && ! stopped rl_$1; }
+limited() {  # limited PHASE SECONDS ARGS...: pretraining or SFT up to the call's end; the next call resumes it
+  local name=$1 need=$2
+  shift 2
+  phase "$need" --phase "$name" --set "${name}_time_limit_s=$(($(left) - 30))" "$@"
+  if stopped "$name"; then echo "$name goes on in the next call (CONTINUE=1)"; exit 0; fi
+}
 rl() {  # rl ADVANTAGE TAG [ARGS...]: RL steps until the run is done or the call's time is nearly up (it resumes)
   local advantage=$1 name=$2
   shift 2
@@ -96,11 +112,11 @@ fill() {  # a phase that does not fit: spend what is left on RL steps instead of
 }
 
 [ -f $run/init/config.json ] || phase 60 --phase tokenizer "$@"
-[ -f $run/pretrain.json ] || phase 200 --phase pretrain "$@"
-[ -f $run/sft/config.json ] || phase 150 --phase sft "$@"
-[ -f $run/eval_sft.json ] || phase 240 --phase eval --checkpoint sft "$@"
+[ -f $run/pretrain/config.json ] || limited pretrain 90 "$@"
+[ -f $run/sft/config.json ] || limited sft 90 "$@"
+[ -f $run/eval_sft.json ] || phase "${EVAL_SECONDS:-240}" --phase eval --checkpoint sft "$@"
 rl_done $tag || rl trloo $tag "$@"
-[ -f $run/eval_rl_$tag.json ] || phase 200 --phase eval --checkpoint rl_$tag "$@"
+[ -f $run/eval_rl_$tag.json ] || phase "$(evaluation_seconds 200)" --phase eval --checkpoint rl_$tag "$@"
 for snapshot in $run/rl_${tag}_step*/model; do  # --set rl_snapshot_step=N: the same arm after step N
   [ -d "$snapshot" ] || continue
   name=$(basename "$(dirname "$snapshot")")

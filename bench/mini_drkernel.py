@@ -19,9 +19,11 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
              first replies to the other train-split tasks and to 12,000 tasks sampled afresh whose operator
              combinations are train-side, and 100,000 operator drills (a task's forward lines beside the
              teacher's chain lines): 1,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
-             autocast -> pretrain/ (optional, --set pretrain_steps=0)
+             autocast -> pretrain/ (optional, --set pretrain_steps=0); pretrain_time_limit_s=N stops before
+             a step that would pass N s, its state in pretrain.ckpt.pt, and the next call resumes it
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
-             bug's reply is context, not a target), batch 8, lr 3e-4, no activation checkpointing -> sft/
+             bug's reply is context, not a target), batch 8, lr 3e-4, no activation checkpointing -> sft/;
+             sft_time_limit_s=N likewise (TRL's checkpoint in sft/checkpoint-*)
   genbench   tokens/s of the static-cache sampler (256 rows x 512 new tokens; on a GPU also with CUDA
              graphs) against the plain decode loop, and sampler vs trainer log-probs on sampled replies
              (token-exact, max |diff|), and one decoding step's milliseconds at 64-256 rows over caches of
@@ -202,6 +204,10 @@ def start_model(args, out: Path) -> Path:
         if not (Path(args.model) / "config.json").exists():
             raise UsageError(f"--model {args.model}: not a local Hugging Face model folder (no config.json)")
         return Path(args.model)
+    from drk_lab.rl.pretrain import checkpoint_path
+
+    if checkpoint_path(out / "pretrain").exists():  # SFT from the random model instead would waste a run
+        raise UsageError(f"{out}: pretraining stopped at a call's time limit; run --phase pretrain again to finish it")
     return out / "pretrain" if (out / "pretrain" / "config.json").exists() else need(out / "init", "tokenizer")
 
 
@@ -210,8 +216,10 @@ def phase_pretrain(args, settings, out: Path) -> dict:
 
     from drk_lab.agent.prompts import initial_prompt
     from drk_lab.mini_drkernel import (conversation_texts, first_turn_texts, fresh_train_specs, operator_drill,
-                                       pretrain, without_planted_bugs)
+                                       without_planted_bugs)
+    from drk_lab.rl.pretrain import packed_rows, pretrain
 
+    started = time.perf_counter()  # the time limit counts the texts' making and packing as well
     init = need(out / "init", "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(init)
     dataset = without_planted_bugs(sft_dataset(args))
@@ -231,12 +239,20 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     drills = fresh_train_specs(settings.pretrain_drills, rows, rule.get("heldout_fraction"), rule.get("seed", 0),
                                seed=20_000 + settings.seed)
     texts += [operator_drill(spec) for spec in drills]
-    result = pretrain(init, texts, settings, out / "pretrain")
-    return {"first_loss": result["loss"][0], "last_loss": result["loss"][-1], "sft_conversations": len(covered),
+    packed = packed_rows(texts, tokenizer, settings.pretrain_length, seed=settings.seed)
+    limit = settings.pretrain_time_limit_s
+    result = pretrain(init, packed, out / "pretrain", steps=settings.pretrain_steps, batch=settings.pretrain_batch,
+                      lr=settings.pretrain_lr, seed=settings.seed,
+                      time_limit_s=None if limit is None else limit - (time.perf_counter() - started))
+    done = {"stopped_by_time_limit": not result["finished"], "first_loss": result["loss"][0],
+            "last_loss": result["loss"][-1], "sft_conversations": len(covered),
             "first_turn_tasks": len(specs), "new_tasks": len(fresh), "drills": len(drills),
             "combinations": len({s.combination for s in specs + fresh}
                                 | {s.combination for (s, _, _), sft in zip(rows, in_sft) if sft}),
-            "reads_the_task": reads_the_task(args, settings, out / "pretrain"), **result}
+            **result}
+    if result["finished"]:
+        done["reads_the_task"] = reads_the_task(args, settings, out / "pretrain")
+    return done
 
 
 def phase_sft(args, settings, out: Path) -> dict:
@@ -244,16 +260,23 @@ def phase_sft(args, settings, out: Path) -> dict:
 
     from drk_lab.rl.sft import run_sft
 
+    started = time.perf_counter()
     start = start_model(args, out)
+    data = sft_dataset(args)
+    limit = settings.sft_time_limit_s
     # TRL checkpoints activations by default (each layer's forward again in the backward pass); a model of
     # tens of millions of parameters has memory to spare for them
-    run = run_sft(str(start), sft_dataset(args), out / "sft", lr=settings.sft_lr, epochs=settings.sft_epochs,
+    run = run_sft(str(start), data, out / "sft", lr=settings.sft_lr, epochs=settings.sft_epochs,
                   batch_size=settings.sft_batch, max_length=settings.sft_max_length, seed=settings.seed,
                   max_steps=settings.sft_max_steps, bf16=torch.cuda.is_available(), lr_scheduler_type="cosine",
-                  gradient_checkpointing=False, disable_tqdm=False)
+                  gradient_checkpointing=False, disable_tqdm=False, resume=True,
+                  time_limit_s=None if limit is None else limit - (time.perf_counter() - started))
     losses = [r["loss"] for r in run.trainer.state.log_history if "loss" in r]
-    return {"start": str(start), "metrics": run.metrics, "loss": losses,
-            "reads_the_task": reads_the_task(args, settings, out / "sft")}
+    done = {"start": str(start), "metrics": run.metrics, "loss": losses, "resumed": run.resumed,
+            "stopped_by_time_limit": not run.finished}
+    if run.finished:
+        done["reads_the_task"] = reads_the_task(args, settings, out / "sft")
+    return done
 
 
 def phase_genbench(args, settings, out: Path) -> dict:
@@ -546,19 +569,23 @@ def main(argv=None) -> int:
                                                                   if (out / n).is_dir() or n == "sft"]
             for target in (targets if phase == "eval" else [None]):
                 args.checkpoint = target
+                path = out / (f"eval_{Path(target).name}.json" if target
+                              else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json")
                 started = time.perf_counter()
                 print(f"== {phase}{' ' + target if target else ''}", flush=True)
                 result = RUNNERS[phase](args, settings, out)
                 result["seconds"] = time.perf_counter() - started
-                if phase == "rl" and result["resumed"]:  # a resumed RL phase also took its earlier calls' time
-                    earlier = out / f"rl_{args.tag}.json"
-                    result["seconds"] += json.loads(earlier.read_text())["seconds"] if earlier.exists() else 0.0
+                if result.get("resumed") and path.exists():  # a resumed phase also took its earlier calls' time
+                    result["seconds"] += json.loads(path.read_text())["seconds"]
                 result["set"] = args.set  # this call's --set NAME=VALUE, beside the run's settings.json
                 result["cap_atol_by_rms"] = harness_settings().cap_atol_by_rms  # what counted as correct
-                write_json(out / (f"eval_{Path(target).name}.json" if target else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json"), result)
+                write_json(path, result)
                 print(f"   {phase} done in {result['seconds']:.1f} s", flush=True)
                 if args.export:
                     export(out, Path(args.export))
+            if result.get("stopped_by_time_limit"):  # what comes next needs this phase finished
+                print(f"   {phase} stopped by its time limit: the same call again resumes it", flush=True)
+                break
     except UsageError as e:
         print(f"mini_drkernel: {e}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@
     model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~27M parameters
     texts = conversation_texts(sft, tokenizer) + first_turn_texts(train_specs, tokenizer)
     texts += [operator_drill(spec) for spec in drill_specs]      # the operators, prompt beside kernel
-    pretrain(model_dir, texts, settings, "out/pretrain")
+    pretrain(model_dir, packed_rows(texts, tokenizer, settings.pretrain_length), "out/pretrain", ...)  # rl/pretrain.py
 
 (mini_report.py summarises the evaluations and reads a run back for notebook 06.) What it is: a
 byte-level BPE trained on the SFT trajectories and RL prompts (nothing downloaded), a small Qwen3-style
@@ -18,8 +18,6 @@ trajectories mostly copies the teacher; the point is the whole pipeline measured
 from __future__ import annotations
 
 import json
-import math
-import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -53,6 +51,9 @@ class MiniSettings:
     pretrain_batch: int = 8
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
+    # stop (saving the state) before a step that would pass this many seconds of the call; the next call
+    # resumes (None: no limit). bench/mini_device.sh sets it to what is left of the call, as for RL and SFT
+    pretrain_time_limit_s: float | None = None
     # cold-start SFT (rl/sft.py on TRL, loss on assistant tokens)
     # 1 epoch over the 1,020 teacher trajectories and 330 repairs (about 170 steps): pretraining already saw
     # the trajectories; 2 epochs of the 1,020 alone took 153 s on the H200
@@ -61,6 +62,7 @@ class MiniSettings:
     sft_lr: float = 3e-4
     sft_max_length: int = 8192
     sft_max_steps: int = -1  # -1: sft_epochs decide
+    sft_time_limit_s: float | None = None  # as pretrain_time_limit_s: TRL's checkpoint, resumed by the next call
     # multi-turn RL (rl/trainer.py)
     rl_steps: int = 50  # a ceiling: rl_budget_s decides
     # seconds of RL steps per RL run, across calls (the ablation gets the same): two runs of 300 s fit the
@@ -236,65 +238,6 @@ def build_model(tokenizer, settings: MiniSettings, path: str | Path) -> Path:
 
 def parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-# -- next-token pretraining ------------------------------------------------------------------------
-def packed_rows(texts: list[str], tokenizer, length: int, seed: int = 0) -> torch.Tensor:
-    """Rows of `length` + 1 tokens holding whole texts (each followed by <|endoftext|>), packed first-fit in
-    a seeded random order and padded with -100 (no loss). A text starts at the start of a row or right
-    after another text, never in the middle, so a reply is always trained together with the prompt it
-    answers; cutting a stream at fixed offsets instead left most replies without their task, and the
-    model learned the teacher's code but not which code a task asks for. A text longer than a row (a long
-    multi-turn conversation) fills rows of its own."""
-    size = length + 1
-    pieces = []
-    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:  # one call: the fast tokenizer's threads
-        ids = ids + [tokenizer.pad_token_id]
-        pieces += [ids[i: i + size] for i in range(0, len(ids), size)]
-    random.Random(seed).shuffle(pieces)
-    rows: list[list[int]] = []
-    for piece in pieces:
-        row = next((r for r in rows[-64:] if len(r) + len(piece) <= size), None)  # first fit among recent rows
-        if row is None:
-            rows.append(row := [])
-        row += piece
-    return torch.tensor([row + [-100] * (size - len(row)) for row in rows], dtype=torch.long)
-
-
-def pretrain(model_dir: str | Path, texts: list[str], settings: MiniSettings, out_dir: str | Path,
-             progress: bool = True) -> dict:
-    """Next-token training on `texts` (every token, not only the assistant's) with AdamW and a cosine
-    schedule; bf16 autocast on a GPU. Saves the model to out_dir; returns the loss curve."""
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model.to(device).train()
-    data = packed_rows(texts, tokenizer, settings.pretrain_length, seed=settings.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.pretrain_lr, betas=(0.9, 0.95), weight_decay=0.1)
-    steps = settings.pretrain_steps
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(steps // 10, 1))
-                                                 * 0.5 * (1 + math.cos(math.pi * s / max(steps, 1))))
-    generator = torch.Generator().manual_seed(settings.seed)
-    losses, started = [], time.perf_counter()
-    for step in tqdm(range(steps), desc="pretrain", disable=not progress):
-        batch = data[torch.randint(len(data), (settings.pretrain_batch,), generator=generator)].to(device)
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
-            logits = model(input_ids=batch[:, :-1].clamp(min=0)).logits  # padding is -100: any id will do
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), ignore_index=-100)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return {"loss": losses, "rows": len(data), "row_fill": float((data != -100).float().mean()),
-            "tokens_per_step": settings.pretrain_batch * settings.pretrain_length,
-            "seconds": time.perf_counter() - started}
 
 
 # -- does the model read the task? ---------------------------------------------------------------

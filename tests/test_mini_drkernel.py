@@ -546,15 +546,14 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
 
 
 def test_a_call_meant_to_continue_a_run_stops_on_a_fresh_machine(tmp_path):
-    """CONTINUE=1 bench/mini_device.sh on a machine without the run's SFT model (the one that held it went
-    back) says so in one line and leaves no runs/mini behind, which would block unpacking a carried run."""
+    """CONTINUE=1 bench/mini_device.sh on a machine without the run (the one that held it went back) says so in one line and leaves no runs/mini behind, which would block unpacking a carried run."""
     (tmp_path / "bench").mkdir()
     shutil.copy(REPO / "bench" / "mini_device.sh", tmp_path / "bench")
     env = {**os.environ, "CONTINUE": "1", "OUT": str(tmp_path / "out")}
     done = subprocess.run(["bash", str(tmp_path / "bench" / "mini_device.sh"), "585"], capture_output=True,
                           text=True, env=env, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
-    assert "holds no SFT model" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "holds no run" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "runs").exists()
 
 
@@ -619,7 +618,7 @@ def test_pretraining_rows_hold_whole_texts(smoke):
     token of every text is there once, and padding carries no loss."""
     from transformers import AutoTokenizer
 
-    from drk_lab.mini_drkernel import packed_rows
+    from drk_lab.rl.pretrain import packed_rows
 
     tokenizer = AutoTokenizer.from_pretrained(smoke / "run" / "init")
     texts = [f"task {i}: " + "relu(x) " * (i * 7 % 20) for i in range(60)] + ["long " * 300]
@@ -635,6 +634,58 @@ def test_pretraining_rows_hold_whole_texts(smoke):
     for piece in pieces[:-1]:
         assert any("," + ",".join(map(str, piece)) + "," in row for row in filled)
     assert int((rows != -100).sum()) == sum(map(len, pieces))  # every token once
+
+
+def test_pretraining_stopped_by_a_time_limit_resumes_to_the_same_model(smoke, tmp_path):
+    """Pretraining cut into calls of one step each (the first step of a call always runs; a limit already
+    passed stops it after that) keeps its state beside the model folder, never a model in it, and ends
+    with the losses and weights of one uninterrupted run, to the bit on a CPU."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from drk_lab.rl.pretrain import checkpoint_path, packed_rows, pretrain
+
+    init = smoke / "run" / "init"
+    texts = [f"task {i}: " + "relu(x) " * (i * 7 % 20) for i in range(40)]
+    rows = packed_rows(texts, AutoTokenizer.from_pretrained(init), length=63)
+    kw = dict(steps=4, batch=2, lr=1e-3, seed=3, progress=False)
+    whole = pretrain(init, rows, tmp_path / "whole", **kw)
+    calls = []
+    while not calls or not calls[-1]["finished"]:
+        calls.append(pretrain(init, rows, tmp_path / "cut", time_limit_s=1e-9, **kw))
+        assert (tmp_path / "cut" / "config.json").exists() == calls[-1]["finished"]
+        assert checkpoint_path(tmp_path / "cut").exists() != calls[-1]["finished"]
+    assert [c["steps_done"] for c in calls] == [1, 2, 3, 4] and [c["resumed"] for c in calls] == [False] + [True] * 3
+    assert calls[-1]["loss"] == whole["loss"] and len(set(whole["loss"])) == 4
+    a, b = (AutoModelForCausalLM.from_pretrained(tmp_path / name) for name in ("whole", "cut"))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert (tmp_path / "cut" / "tokenizer.json").exists()
+
+
+def test_a_phase_stopped_by_its_time_limit_blocks_the_next_until_resumed(smoke, tmp_path):
+    """Through the script: pretraining and SFT stopped at a call's limit say so in their JSON, a later
+    phase refuses to start from the unfinished model in one line, and the same phase again finishes it,
+    its seconds summed over both calls."""
+    out = tmp_path / "run"
+    shutil.copytree(smoke / "run" / "init", out / "init")
+    stop = ("--set", "pretrain_time_limit_s=1e-9", "--set", "sft_time_limit_s=1e-9")
+    run("--smoke", "--out", out, "--phase", "pretrain,sft", *stop)  # 'all' would stop after pretraining too
+    first = read(out / "pretrain.json")
+    assert first["stopped_by_time_limit"] and first["steps_done"] == 1 and "reads_the_task" not in first
+    assert not (out / "sft.json").exists()
+    refused = run("--smoke", "--out", out, "--phase", "sft", check=False)
+    assert refused.returncode == 2 and "pretraining stopped at a call's time limit" in refused.stderr
+    run("--smoke", "--out", out, "--phase", "pretrain")
+    done = read(out / "pretrain.json")
+    assert not done["stopped_by_time_limit"] and done["resumed"] and len(done["loss"]) == 2
+    assert done["loss"][0] == first["loss"][0] and done["seconds"] > first["seconds"] and "reads_the_task" in done
+    run("--smoke", "--out", out, "--phase", "sft", *stop)
+    cut = read(out / "sft.json")
+    assert cut["stopped_by_time_limit"] and len(cut["loss"]) == 1 and not (out / "sft" / "config.json").exists()
+    assert "run --phase sft first" in run("--smoke", "--out", out, "--phase", "rl", check=False).stderr
+    run("--smoke", "--out", out, "--phase", "sft")
+    sft = read(out / "sft.json")
+    assert not sft["stopped_by_time_limit"] and sft["resumed"] and len(sft["loss"]) == 2 and "reads_the_task" in sft
+    assert (out / "sft" / "config.json").exists() and not list((out / "sft").glob("checkpoint-*"))
 
 
 def test_teacher_forced_scoring_lines_up_each_guess_with_the_next_reply_token(smoke):

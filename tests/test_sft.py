@@ -186,6 +186,28 @@ def test_one_full_sft_step_trains_on_assistant_tokens(tiny_path, cold_start, tmp
     assert all(torch.equal(p, after[n].detach().cpu()) for n, p in saved.named_parameters())
 
 
+def test_sft_stopped_by_a_time_limit_resumes_to_the_same_model(tiny_path, cold_start, tmp_path):
+    """A run stopped at its time limit leaves a checkpoint and no model; resumed, it ends where one
+    uninterrupted run does, to the bit on a CPU (data position, optimizer, schedule and RNG restored)."""
+    _, _, data = cold_start
+    kw = dict(lr=1e-3, max_steps=4, batch_size=1, max_length=4096, lr_scheduler_type="cosine")
+    whole = run_sft(tiny_path, data, tmp_path / "whole", **kw)
+    # the first step of a call always runs; with a limit already passed, the run stops after it
+    cut = run_sft(tiny_path, data, tmp_path / "cut", time_limit_s=1e-9, **kw)
+    assert not cut.finished and cut.trainer.state.global_step == 1 and not cut.resumed
+    assert not (tmp_path / "cut" / "config.json").exists() and (tmp_path / "cut" / "checkpoint-1").is_dir()
+    rest = run_sft(tiny_path, data, tmp_path / "cut", resume=True, **kw)
+    assert rest.finished and rest.resumed and rest.trainer.state.global_step == 4
+    assert not list((tmp_path / "cut").glob("checkpoint-*"))  # the finished folder holds the model alone
+
+    def losses(run):
+        return [log["loss"] for log in run.trainer.state.log_history if "loss" in log]
+
+    assert losses(rest) == losses(whole) and len(losses(whole)) == 4
+    a, b = (AutoModelForCausalLM.from_pretrained(tmp_path / name) for name in ("whole", "cut"))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
 def test_one_lora_step_changes_only_the_adapter(tiny_path, cold_start, tmp_path):
     _, _, data = cold_start
     model, _ = load_tiny(tiny_path)

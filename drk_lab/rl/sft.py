@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -276,6 +277,8 @@ class SFTRun:
     trainer: object  # the trl.SFTTrainer (its model, state.log_history, train_dataset)
     metrics: dict  # what trainer.train() reported (train_loss, train_runtime, ...)
     output_dir: Path
+    finished: bool = True  # False: stopped by time_limit_s, its checkpoint in output_dir for resume=True
+    resumed: bool = False  # started from such a checkpoint
 
 
 def lora_config(lora: dict):
@@ -330,7 +333,8 @@ def run_sft(model, dataset, output_dir: str | os.PathLike, *, tokenizer=None, lo
             lr: float = 1e-5, epochs: float = 1.0, max_steps: int = -1, batch_size: int = 1,
             grad_accum: int = 1, max_length: int | None = 16384, report_to="none", seed: int = 0,
             chat_template: str | None = None, bf16: bool | None = None, save: bool = True,
-            train: bool = True, **extra_config) -> SFTRun:
+            train: bool = True, time_limit_s: float | None = None, resume: bool = False,
+            **extra_config) -> SFTRun:
     """Supervised fine-tuning with trl.SFTTrainer, loss on assistant tokens only.
 
     model: a path or hub id, or a loaded PreTrainedModel; tokenizer: defaults to the model's.
@@ -341,10 +345,16 @@ def run_sft(model, dataset, output_dir: str | os.PathLike, *, tokenizer=None, lo
     (gradient_checkpointing, warmup_ratio, lr_scheduler_type, packing, ...), overriding the defaults
     here. save: write the final model (the adapter alone with LoRA) and tokenizer to output_dir.
     train=False builds the trainer without training (to inspect its data); metrics are then empty.
+    time_limit_s: stop before a step that would pass this many seconds, saving a checkpoint (model,
+    optimizer, schedule, data position, RNG) in output_dir and nothing else (finished=False); a later
+    call with resume=True goes on from it, and only the finished run saves its model there.
     """
     import torch
     from transformers import AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
+
+    from drk_lab.rl.call_limit import stop_before_limit
 
     output_dir = Path(output_dir)
     if tokenizer is None:
@@ -367,18 +377,24 @@ def run_sft(model, dataset, output_dir: str | os.PathLike, *, tokenizer=None, lo
         logging_steps=1, dataloader_pin_memory=cuda,
     )
     settings.update(extra_config)
-    config = SFTConfig(**settings)
     trainer = SFTTrainer(
         model=str(model) if isinstance(model, os.PathLike) else model,
-        args=config,
+        args=SFTConfig(**settings),
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(lora) if lora is not None else None,
+        callbacks=[stop_before_limit(time_limit_s)] if time_limit_s is not None else None,
     )
     _check_untrained_messages(trainer, dataset)
-    metrics = {}
-    if train:
-        metrics = dict(trainer.train().metrics)
+    if not train:
+        return SFTRun(trainer=trainer, metrics={}, output_dir=output_dir)
+    checkpoint = get_last_checkpoint(str(output_dir)) if resume and output_dir.is_dir() else None
+    metrics = dict(trainer.train(resume_from_checkpoint=checkpoint).metrics)
+    finished = trainer.state.global_step >= trainer.state.max_steps
+    if finished:
+        for old in output_dir.glob("checkpoint-*"):  # a finished model folder holds the model alone
+            shutil.rmtree(old)
         if save:
             trainer.save_model(str(output_dir))
-    return SFTRun(trainer=trainer, metrics=metrics, output_dir=output_dir)
+    return SFTRun(trainer=trainer, metrics=metrics, output_dir=output_dir, finished=finished,
+                  resumed=checkpoint is not None)
