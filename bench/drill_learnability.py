@@ -2,7 +2,7 @@
 
     python bench/drill_learnability.py --steps 1500 --drills 60000      # about 12 minutes on 2 CPU cores
 
-A 4-layer model (hidden 128) with its own tokenizer is pretrained (mini_drkernel.pretrain) on nothing but
+A 4-layer model (hidden 128) with its own tokenizer is pretrained (rl/pretrain.py) on nothing but
 operator drills from tasks sampled afresh with train-side combinations. Then, given a drill's forward lines
 and the kernel's first line, it writes the chain greedily; the score is the share of chains written
 exactly (kernels_rows.chain_written against chain_wanted), and per position in the chain, on 100 drills it
@@ -59,7 +59,8 @@ def main() -> None:
 
     from drk_lab.data.export import read_rl_tasks
     from drk_lab.data.kernels_rows import chain_wanted
-    from drk_lab.mini_drkernel import MiniSettings, build_model, fresh_train_specs, operator_drill, pretrain
+    from drk_lab.mini_drkernel import MiniSettings, build_model, fresh_train_specs, operator_drill
+    from drk_lab.rl.pretrain import packed_rows, pretrain
     from drk_lab.tiny_model import train_tokenizer
 
     rows = read_rl_tasks(args.rl_data, split=None)
@@ -71,12 +72,14 @@ def main() -> None:
                             intermediate_size=384, max_positions=1024, pretrain_steps=args.steps, pretrain_batch=8,
                             pretrain_length=512, pretrain_lr=2e-3)
     with tempfile.TemporaryDirectory() as tmp:
-        init = build_model(train_tokenizer(1024, corpus=texts[:3000]), settings, Path(tmp) / "init")
-        result = pretrain(init, texts, settings, Path(tmp) / "out")
+        tokenizer = train_tokenizer(1024, corpus=texts[:3000])
+        init = build_model(tokenizer, settings, Path(tmp) / "init")
+        result = pretrain(init, packed_rows(texts, tokenizer, settings.pretrain_length), Path(tmp) / "out",
+                          steps=args.steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr)
         model = AutoModelForCausalLM.from_pretrained(Path(tmp) / "out").eval()
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
         report = {"steps": args.steps, "drills": len(texts), "first_loss": result["loss"][0],
-                  "last_loss": result["loss"][-1], "seconds": result["seconds"],
+                  "last_loss": result["loss"][-1], "seconds": result["train_seconds"],
                   "trained_drills": score(model, tokenizer, train[: args.chains]),
                   "heldout_combinations": score(model, tokenizer, heldout)}
     print(json.dumps(report, indent=1))
