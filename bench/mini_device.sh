@@ -41,7 +41,7 @@ filling=
 cd "$(dirname "$0")/.."
 run=runs/mini
 # CONTINUE=1 on every call that goes on with a run this machine should hold (a carried arm, a run's later
-# calls): if the machine went back between calls, the fresh one has no SFT model, and starting the whole
+# calls): if the machine went back between calls, the fresh one has no run, and starting the whole
 # pipeline over would spend the call on a different run; stop at once, before runs/mini is made (which
 # would also stop bench/mini_carry.sh from unpacking a carried run into it)
 if [ "${CONTINUE:-}" ] && [ ! -f $run/init/config.json ]; then

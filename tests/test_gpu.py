@@ -192,3 +192,23 @@ def test_speedup_agrees_with_an_independent_do_bench(name, tasks, tmp_path):
         cand_ms = do_bench(lambda: candidate(*inputs), warmup=50, rep=300, return_mode="median")
     independent = ref_ms / cand_ms
     assert abs(r.speedup / independent - 1) < 0.03, (r.speedup, independent, r.runtime_ms, cand_ms, r.ref_runtime_ms, ref_ms)
+
+
+def test_pretraining_stopped_after_each_step_resumes_on_the_gpu(tmp_path):
+    """The checkpoint is read to the CPU first (the batch sampler's generator state must stay a CPU tensor)
+    and the resumed calls end as one call does, within what bf16 autocast on a GPU repeats."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from drk_lab.rl.pretrain import checkpoint_path, packed_rows, pretrain
+    from drk_lab.tiny_model import make_tiny_model
+
+    init = make_tiny_model(tmp_path / "init")
+    texts = [f"task {i}: " + "relu(x) " * (i * 7 % 20) for i in range(40)]
+    rows = packed_rows(texts, AutoTokenizer.from_pretrained(init), length=63)
+    kw = dict(steps=3, batch=2, lr=1e-3, progress=False)
+    whole = pretrain(init, rows, tmp_path / "whole", **kw)
+    calls = [pretrain(init, rows, tmp_path / "cut", time_limit_s=1e-9, **kw) for _ in range(3)]
+    assert [c["finished"] for c in calls] == [False, False, True] and calls[-1]["resumed"]
+    assert (tmp_path / "cut" / "config.json").exists() and not checkpoint_path(tmp_path / "cut").exists()
+    assert calls[-1]["loss"] == pytest.approx(whole["loss"], rel=1e-3)

@@ -75,7 +75,7 @@ def pretrain(model_dir: str | Path, rows: torch.Tensor, out_dir: str | Path, *, 
     ckpt = checkpoint_path(out_dir)
     resumed = ckpt.exists()
     if resumed:
-        state = torch.load(ckpt, map_location=device, weights_only=False)
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)  # the generator's state stays a CPU tensor
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
