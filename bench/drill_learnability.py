@@ -3,12 +3,13 @@
     python bench/drill_learnability.py --steps 1500 --drills 60000      # about 12 minutes on 2 CPU cores
     python bench/drill_learnability.py --hidden 256 --layers 4          # a wider model, the same drills and steps
 
-A 4-layer model (hidden 128; --hidden and --layers change it) with its own tokenizer is pretrained
-(rl/pretrain.py) on nothing but operator drills from tasks sampled afresh with train-side combinations.
-Then, given a drill's forward lines and the kernel's first line, it writes the chain greedily; the score is the share of chains written
-exactly (kernels_rows.chain_written against chain_wanted), and per position in the chain, on 100 drills it
-was trained on and on 100 tasks of the RL set's held-out split (--chains). A check of the drill as
-training data, run on a CPU; the mini run (bench/mini_drkernel.py) mixes the drills into its pretraining.
+A 4-layer model (hidden 128; --hidden, --layers and --lr change it) with its own tokenizer is
+pretrained (rl/pretrain.py) on nothing but operator drills from tasks sampled afresh with train-side
+combinations. Then, given a drill's forward lines and the kernel's first line, it writes the chain
+greedily; the score is the share of chains written exactly (kernels_rows.chain_written against
+chain_wanted), and per position in the chain, on 100 drills it was trained on and on 100 tasks of the RL
+set's held-out split (--chains). A check of the drill as training data, run on a CPU; the mini run
+(bench/mini_drkernel.py) mixes the drills into its pretraining.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main() -> None:
     p.add_argument("--chains", type=int, default=100, help="chains written per score (trained, held-out)")
     p.add_argument("--hidden", type=int, default=128, help="model width (heads of 32 dimensions)")
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (warmup, then cosine)")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     args = p.parse_args()
     if not Path(args.rl_data).is_file():
@@ -75,7 +77,7 @@ def main() -> None:
     settings = MiniSettings(vocab_size=1024, hidden_size=args.hidden, num_layers=args.layers, num_heads=heads,
                             num_kv_heads=max(heads // 2, 1), head_dim=32, intermediate_size=3 * args.hidden,
                             max_positions=1024, pretrain_steps=args.steps, pretrain_batch=8,
-                            pretrain_length=512, pretrain_lr=2e-3)
+                            pretrain_length=512, pretrain_lr=args.lr)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = train_tokenizer(1024, corpus=texts[:3000])
         init = build_model(tokenizer, settings, Path(tmp) / "init")
@@ -83,7 +85,7 @@ def main() -> None:
                           steps=args.steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr)
         model = AutoModelForCausalLM.from_pretrained(Path(tmp) / "out").eval()
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
-        report = {"steps": args.steps, "drills": len(texts), "hidden": args.hidden, "layers": args.layers,
+        report = {"steps": args.steps, "drills": len(texts), "model": [args.hidden, args.layers, args.lr],
                   "parameters": sum(p.numel() for p in model.parameters()), "first_loss": result["loss"][0],
                   "last_loss": result["loss"][-1], "seconds": result["train_seconds"],
                   "trained_drills": score(model, tokenizer, train[: args.chains]),
