@@ -85,8 +85,9 @@ def main() -> None:
                           steps=args.steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr)
         model = AutoModelForCausalLM.from_pretrained(Path(tmp) / "out").eval()
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
-        report = {"steps": args.steps, "drills": len(texts), "model": [args.hidden, args.layers, args.lr],
-                  "parameters": sum(p.numel() for p in model.parameters()), "first_loss": result["loss"][0],
+        report = {"steps": args.steps, "drills": len(texts), "hidden": args.hidden, "layers": args.layers,
+                  "lr": args.lr, "parameters": sum(p.numel() for p in model.parameters()),
+                  "first_loss": result["loss"][0],
                   "last_loss": result["loss"][-1], "seconds": result["train_seconds"],
                   "trained_drills": score(model, tokenizer, train[: args.chains]),
                   "heldout_combinations": score(model, tokenizer, heldout)}
