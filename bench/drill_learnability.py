@@ -3,7 +3,7 @@
     python bench/drill_learnability.py --steps 1500 --drills 60000      # about 12 minutes on 2 CPU cores
     python bench/drill_learnability.py --hidden 256 --layers 4          # a wider model, the same drills and steps
 
-A 4-layer model (hidden 128; --hidden, --layers and --lr change it) with its own tokenizer is
+A 4-layer model (hidden 128; --hidden, --layers, --lr and --seed change it) with its own tokenizer is
 pretrained (rl/pretrain.py) on nothing but operator drills from tasks sampled afresh with train-side
 combinations. Then, given a drill's forward lines and the kernel's first line, it writes the chain
 greedily; the score is the share of chains written exactly (kernels_rows.chain_written against
@@ -25,27 +25,42 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def written_chain(model, tokenizer, spec) -> list[str]:
-    from drk_lab.data.kernels_rows import chain_written
+def drill_prompt(tokenizer, spec) -> list[int]:
+    """The drill's own tokens up to the end of its `v = h` line. Cutting the text after that line's newline
+    instead ends the prompt on a lone newline token, which in training comes only before the end of a
+    text: a model that learned that much ends the drill there and writes one of its own."""
     from drk_lab.mini_drkernel import operator_drill
 
     drill = operator_drill(spec)
-    prompt = drill[: drill.index("    v = h\n") + len("    v = h\n")]
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    cut = drill.index("    v = h\n") + len("    v = h")
+    whole = tokenizer(drill, add_special_tokens=False, return_offsets_mapping=True)
+    return [t for t, (_, end) in zip(whole["input_ids"], whole["offset_mapping"]) if end <= cut]
+
+
+def written_chain(model, tokenizer, spec) -> tuple[list[str], str]:
+    """The chain the model writes greedily after drill_prompt, and its text."""
+    import torch
+
+    from drk_lab.data.kernels_rows import chain_written
+
+    ids = torch.tensor([drill_prompt(tokenizer, spec)])
     out = model.generate(ids, max_new_tokens=200, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    return chain_written(tokenizer.decode(out[0, ids.shape[1]:]).split("tl.store")[0])
+    text = tokenizer.decode(out[0, ids.shape[1]:])
+    return chain_written(text.split("tl.store")[0]), text
 
 
 def score(model, tokenizer, specs) -> dict:
     from drk_lab.data.kernels_rows import chain_wanted
 
-    exact, positions = 0, Counter()
+    exact, positions, examples = 0, Counter(), []
     for spec in specs:
-        got, want = written_chain(model, tokenizer, spec), chain_wanted(spec)
+        (got, text), want = written_chain(model, tokenizer, spec), chain_wanted(spec)
         exact += got == want
+        if len(examples) < 3:  # what a score of nearly nothing is made of: wrong operators, or no chain at all
+            examples.append({"wanted": want, "written": got, "text": text[:300]})
         for i, step in enumerate(want):
             positions[f"position {i} right" if i < len(got) and got[i] == step else f"position {i} wrong"] += 1
-    return {"chains": len(specs), "exact": exact, **dict(sorted(positions.items()))}
+    return {"chains": len(specs), "exact": exact, **dict(sorted(positions.items())), "examples": examples}
 
 
 def main() -> None:
@@ -56,6 +71,7 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=128, help="model width (heads of 32 dimensions)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (warmup, then cosine)")
+    p.add_argument("--seed", type=int, default=0, help="the model's initial weights and the batches' order")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     args = p.parse_args()
     if not Path(args.rl_data).is_file():
@@ -77,16 +93,17 @@ def main() -> None:
     settings = MiniSettings(vocab_size=1024, hidden_size=args.hidden, num_layers=args.layers, num_heads=heads,
                             num_kv_heads=max(heads // 2, 1), head_dim=32, intermediate_size=3 * args.hidden,
                             max_positions=1024, pretrain_steps=args.steps, pretrain_batch=8,
-                            pretrain_length=512, pretrain_lr=args.lr)
+                            pretrain_length=512, pretrain_lr=args.lr, seed=args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = train_tokenizer(1024, corpus=texts[:3000])
         init = build_model(tokenizer, settings, Path(tmp) / "init")
-        result = pretrain(init, packed_rows(texts, tokenizer, settings.pretrain_length), Path(tmp) / "out",
-                          steps=args.steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr)
+        result = pretrain(init, packed_rows(texts, tokenizer, settings.pretrain_length, seed=args.seed),
+                          Path(tmp) / "out", steps=args.steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr,
+                          seed=args.seed)
         model = AutoModelForCausalLM.from_pretrained(Path(tmp) / "out").eval()
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
         report = {"steps": args.steps, "drills": len(texts), "hidden": args.hidden, "layers": args.layers,
-                  "lr": args.lr, "parameters": sum(p.numel() for p in model.parameters()),
+                  "lr": args.lr, "seed": args.seed, "parameters": sum(p.numel() for p in model.parameters()),
                   "first_loss": result["loss"][0],
                   "last_loss": result["loss"][-1], "seconds": result["train_seconds"],
                   "trained_drills": score(model, tokenizer, train[: args.chains]),

@@ -338,6 +338,21 @@ def test_the_drill_check_trains_and_scores_a_small_model(tmp_path):
         counts = report[part]
         assert counts["chains"] == 3 and 0 <= counts["exact"] <= 3
         assert sum(v for k, v in counts.items() if k.startswith("position 0")) >= (3 if part == "heldout_combinations" else 0)
+    # the prompt is a prefix of the drill's own tokens, cut where the next token starts the next line
+    sys.path.insert(0, str(REPO / "bench"))
+    from drill_learnability import drill_prompt
+
+    from drk_lab.data.export import read_rl_tasks
+    from drk_lab.mini_drkernel import operator_drill
+    from drk_lab.tiny_model import train_tokenizer
+
+    specs = [spec for spec, _, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz", split="heldout")[:20]]
+    tokenizer = train_tokenizer(1024, corpus=[operator_drill(s) for s in specs])
+    for spec in specs:
+        whole = tokenizer(operator_drill(spec), add_special_tokens=False)["input_ids"]
+        prompt = drill_prompt(tokenizer, spec)
+        assert whole[: len(prompt)] == prompt and tokenizer.decode(prompt).endswith("v = h")
+        assert tokenizer.decode(whole[len(prompt)]).startswith("\n")
     missing = subprocess.run([sys.executable, str(script), "--rl-data", str(tmp_path / "none.jsonl.gz")],
                              capture_output=True, text=True, env=env, timeout=120)
     assert missing.returncode == 1 and "none.jsonl.gz: no such file" in missing.stderr
