@@ -1,7 +1,7 @@
 """Reading a mini Dr. Kernel run back: what an evaluation shows (summarize_evaluation, which
 bench/mini_drkernel.py writes into eval_<checkpoint>.json) and the tables notebook 06 draws from a run's
-folder (read_run, then headline_rows, paired_rows, per_turn_rows, outcome_rows, reading_rows,
-chain_step_rows, timing_rows), and paired_rows_of_runs over every recorded run."""
+folder (read_run, then headline_rows, paired_rows, per_turn_rows, family_rows, outcome_rows,
+reading_rows, chain_step_rows, timing_rows), and paired_rows_of_runs over every recorded run."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def summarize_evaluation(trajectories, ps=(1.0, 1.2), specs: dict | None = None)
         "outcomes": dict(outcomes.most_common()),
         **turn_changes(trajectories),
         **(chain_counts(trajectories, specs) if specs else {}),
+        **({"by_family": family_counts(trajectories, specs)} if specs else {}),
     }
 
 
@@ -103,6 +104,31 @@ def chain_counts(trajectories, specs: dict) -> dict:
         # in its context) or write the operators anew?
         kept += [later == wanted[t.task] for earlier, later in zip(chains, chains[1:]) if earlier == wanted[t.task]]
     return {"chain_replies": len(right), "chain_right": sum(right), "chain_to_keep": len(kept), "chain_kept": sum(kept)}
+
+
+def task_family(spec) -> str:
+    """A task's kind: its level and the linear or conv it starts with ("L2 conv"), or for a level-1 task
+    without one its single operator ("L1 mean"). The held-out split keeps whole kinds of level-1 task out
+    of training (the RL prompt set made here: a lone linear, mean, amax, LayerNorm or softplus), which a
+    model must then write without ever having seen one; the totals over all kinds hide that."""
+    return f"L{spec.level} {spec.head or spec.steps[0].split(':')[0]}"
+
+
+def family_counts(trajectories, specs: dict) -> dict:
+    """Per task_family (tasks without a spec left out): episodes, those solved (correct in some turn) and
+    those with a correct kernel faster than eager PyTorch in some turn (`fast@1`)."""
+    from drk_lab.agent.metrics import is_correct, is_fast
+
+    counts: dict[str, dict] = {}
+    for t in trajectories:
+        if t.task not in specs:
+            continue
+        row = counts.setdefault(task_family(specs[t.task]), {"episodes": 0, "solved": 0, "fast@1": 0})
+        results = [turn.result for turn in t.turns]
+        row["episodes"] += 1
+        row["solved"] += any(is_correct(r) for r in results)
+        row["fast@1"] += any(is_fast(r, 1.0) for r in results)
+    return dict(sorted(counts.items(), key=lambda item: -item[1]["episodes"]))
 
 
 def caught_hacks(trajectories) -> list[dict]:
@@ -310,6 +336,14 @@ def probe_rows(run: dict) -> list[dict]:
                             "kept_sign_test_p": sign_test_p(paired["kept_only_after"], paired["kept_only_before"])})
             rows.append(row)
     return rows
+
+
+def family_rows(run: dict, part: str = "heldout") -> list[dict]:
+    """Per evaluated checkpoint (after SFT first) and task_family on `part`: episodes, solved and fast@1
+    (evaluations recorded before these counts have none)."""
+    return [{"checkpoint": name, "family": family, **counts}
+            for name in sorted(run["evals"], key=lambda name: (name != "sft", name))
+            for family, counts in run["evals"][name].get(part, {}).get("by_family", {}).items()]
 
 
 def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:

@@ -115,7 +115,8 @@ def test_every_phase_writes_its_results(smoke):
 def test_the_notebooks_tables_read_the_exported_run(smoke):
     """notebook 06's helpers on the --export copy: SFT first in the headline, the teacher-forced scores in
     the order the model was trained (pretraining, SFT, then the RL run), every evaluation's outcomes."""
-    from drk_lab.mini_report import chain_step_rows, headline_rows, outcome_rows, read_run, reading_rows, timing_rows
+    from drk_lab.mini_report import (chain_step_rows, family_rows, headline_rows, outcome_rows, read_run, reading_rows,
+                                     timing_rows)
 
     result = read_run(smoke / "export")
     assert [row["checkpoint"] for row in headline_rows(result)] == ["sft", "rl_trloo"]
@@ -126,6 +127,9 @@ def test_the_notebooks_tables_read_the_exported_run(smoke):
     assert [row["checkpoint"] for row in outcomes] == ["sft", "rl_trloo"]
     for row in outcomes:
         assert sum(v for k, v in row.items() if k != "checkpoint") == result["evals"][row["checkpoint"]]["heldout"]["replies"]
+    for name in ("sft", "rl_trloo"):  # every held-out episode is in one kind of task
+        kinds = [row for row in family_rows(result) if row["checkpoint"] == name]
+        assert sum(row["episodes"] for row in kinds) == result["evals"][name]["heldout"]["episodes"]
     phases = [row["phase"] for row in timing_rows(result)]
     assert "eval sft" in phases and "eval sft: heldout+seen+builtin, generation" in phases
     assert "eval rl_trloo: heldout_stts, evaluation" in phases and "rl_trloo: steps" in phases
@@ -160,6 +164,38 @@ def test_the_summary_counts_replies_that_wrote_the_tasks_operators():
     assert (summary["chain_to_keep"], summary["chain_kept"]) == (2, 1)
     assert "chain_replies" not in summarize_evaluation(trajectories)
     assert "chain_replies" not in summarize_evaluation(trajectories, specs={"another_task": chain})  # no spec of theirs
+
+
+def test_the_summary_counts_solved_and_fast_episodes_per_kind_of_task():
+    """by_family: a level-1 task without a head is its operator's kind (a leaky ReLU's slope left out), a
+    task with one is its head's; an episode is solved when some turn is correct and not hacked, fast@1
+    when such a turn is also at least as fast as eager PyTorch; tasks without a spec are left out."""
+    from drk_lab.agent.trajectory import Trajectory, Turn
+    from drk_lab.data.spec import TaskSpec
+    from drk_lab.harness.result import EvalResult
+    from drk_lab.mini_report import summarize_evaluation, task_family
+
+    rows = (("batch_size", 8), ("dim", 64))
+    mean = TaskSpec(1, None, ("mean",), "float32", rows, rows)
+    leaky = TaskSpec(1, None, ("leaky_relu:0.1",), "float32", rows, rows)
+    gemm = (("batch_size", 8), ("in_features", 64), ("out_features", 32))
+    linear = TaskSpec(2, "linear", ("relu",), "float16", gemm, gemm)
+    assert [task_family(s) for s in (mean, leaky, linear)] == ["L1 mean", "L1 leaky_relu", "L2 linear"]
+
+    def episode(task, *results):
+        return Trajectory(task, "prompt", [Turn(task, i, 0, [], 10, 40, "reply", "stop", "ok", "code", r, 0.0, "")
+                                           for i, r in enumerate(results)])
+
+    wrong, slow = EvalResult(compiled=True, correct=False), EvalResult(compiled=True, correct=True, speedup=0.8)
+    fast, hacked = EvalResult(compiled=True, correct=True, speedup=1.3), EvalResult(compiled=True, correct=True,
+                                                                                      speedup=2.0, hacked=True)
+    episodes = [episode(mean.name, wrong, wrong), episode(mean.name, wrong, slow), episode(linear.name, fast, wrong),
+                episode(linear.name, hacked, wrong), episode(leaky.name, slow), episode("builtin_task", fast)]
+    summary = summarize_evaluation(episodes, specs={s.name: s for s in (mean, leaky, linear)})
+    assert summary["by_family"] == {"L1 mean": {"episodes": 2, "solved": 1, "fast@1": 0},
+                                    "L2 linear": {"episodes": 2, "solved": 1, "fast@1": 1},
+                                    "L1 leaky_relu": {"episodes": 1, "solved": 1, "fast@1": 0}}
+    assert "by_family" not in summarize_evaluation(episodes)
 
 
 def test_the_summary_counts_what_each_reply_made_of_the_one_before():

@@ -123,11 +123,14 @@ def test_mini_drkernel(tmp_path):
     assert "mini_h200_four_step_trloo/rl_trloo_long</td>" in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert "no held-out probes during RL" in text  # the fifteenth run had none
+    assert "no counts by kind of task" in text  # nor counts by kind
     assert (tmp_path / "mini_curves.html").exists()
     carried = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_carried_trloo",
                   figure_name=str(tmp_path / "carried"))
     assert "<td>rl_trloo_long</td>\n      <td>rl_trloo_long_step16</td>" in carried  # the end against step 16
     assert "<td>trloo_long</td>\n      <td>30</td>" in carried  # the held-out probe that caught the collapse
+    # by kind: the held-out level-1 means, which no checkpoint solved
+    assert "<td>L1 mean</td>\n      <td>21</td>\n      <td>0</td>" in carried
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
     smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
