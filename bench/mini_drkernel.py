@@ -18,7 +18,7 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   pretrain   next-token training (all tokens) on the SFT conversations (not the repairs) and the teacher's
              first replies to the other train-split tasks and to 12,000 tasks sampled afresh whose operator
              combinations are train-side, and 100,000 operator drills (a task's forward lines beside the
-             teacher's chain lines): 1,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
+             teacher's chain lines): 2,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
              autocast -> pretrain/ (optional, --set pretrain_steps=0); pretrain_time_limit_s=N stops before
              a step that would pass N s, its state in pretrain.ckpt.pt, and the next call resumes it
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
