@@ -123,6 +123,11 @@ def run_once(args: argparse.Namespace) -> None:
     total_s = time.perf_counter() - started
     mine = [{key: row[key] for key in TIME_KEYS} for row in rows]
     every = gather_object([mine])  # one list of rows per process
+    if torch.distributed.is_initialized():
+        # every process leaves the group together: one that exits with it still open can abort in its
+        # communication threads' teardown ("terminate called without an active exception")
+        accelerator.wait_for_everyone()
+        torch.distributed.destroy_process_group()
     if not accelerator.is_main_process:
         return
     later = slice(1, None) if len(rows) > 1 else slice(None)  # the first step pays for worker start-up
