@@ -63,6 +63,26 @@ def score(model, tokenizer, specs) -> dict:
     return {"chains": len(specs), "exact": exact, **dict(sorted(positions.items())), "examples": examples}
 
 
+def train_drill_model(texts: list[str], out: Path, *, steps: int, hidden: int, layers: int, lr: float,
+                      seed: int) -> dict:
+    """A tokenizer and a `layers`-layer model (heads of 32 dimensions) pretrained on `texts` alone, saved
+    in `out`; returns rl/pretrain.py's result (its losses and seconds)."""
+    from drk_lab.mini_drkernel import MiniSettings, build_model
+    from drk_lab.rl.pretrain import packed_rows, pretrain
+    from drk_lab.tiny_model import train_tokenizer
+
+    heads = hidden // 32
+    settings = MiniSettings(vocab_size=1024, hidden_size=hidden, num_layers=layers, num_heads=heads,
+                            num_kv_heads=max(heads // 2, 1), head_dim=32, intermediate_size=3 * hidden,
+                            max_positions=1024, pretrain_steps=steps, pretrain_batch=8, pretrain_length=512,
+                            pretrain_lr=lr, seed=seed)
+    tokenizer = train_tokenizer(1024, corpus=texts[:3000])
+    with tempfile.TemporaryDirectory() as tmp:
+        init = build_model(tokenizer, settings, Path(tmp) / "init")
+        return pretrain(init, packed_rows(texts, tokenizer, settings.pretrain_length, seed=seed), out,
+                        steps=steps, batch=settings.pretrain_batch, lr=lr, seed=seed)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=1500)
@@ -80,26 +100,16 @@ def main() -> None:
 
     from drk_lab.data.export import read_rl_tasks
     from drk_lab.data.kernels_rows import chain_wanted
-    from drk_lab.mini_drkernel import MiniSettings, build_model, fresh_train_specs, operator_drill
-    from drk_lab.rl.pretrain import packed_rows, pretrain
-    from drk_lab.tiny_model import train_tokenizer
+    from drk_lab.mini_drkernel import fresh_train_specs, operator_drill
 
     rows = read_rl_tasks(args.rl_data, split=None)
     rule = json.loads(Path(args.rl_data).with_name("summary.json").read_text())
     train = fresh_train_specs(args.drills, rows, rule.get("heldout_fraction"), rule.get("seed", 0), seed=20_000)
     heldout = [spec for spec, _, row in rows if row["split"] == "heldout" and chain_wanted(spec)][: args.chains]
     texts = [operator_drill(spec) for spec in train]
-    heads = args.hidden // 32
-    settings = MiniSettings(vocab_size=1024, hidden_size=args.hidden, num_layers=args.layers, num_heads=heads,
-                            num_kv_heads=max(heads // 2, 1), head_dim=32, intermediate_size=3 * args.hidden,
-                            max_positions=1024, pretrain_steps=args.steps, pretrain_batch=8,
-                            pretrain_length=512, pretrain_lr=args.lr, seed=args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = train_tokenizer(1024, corpus=texts[:3000])
-        init = build_model(tokenizer, settings, Path(tmp) / "init")
-        result = pretrain(init, packed_rows(texts, tokenizer, settings.pretrain_length, seed=args.seed),
-                          Path(tmp) / "out", steps=args.steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr,
-                          seed=args.seed)
+        result = train_drill_model(texts, Path(tmp) / "out", steps=args.steps, hidden=args.hidden, layers=args.layers,
+                                   lr=args.lr, seed=args.seed)
         model = AutoModelForCausalLM.from_pretrained(Path(tmp) / "out").eval()
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
         report = {"steps": args.steps, "drills": len(texts), "hidden": args.hidden, "layers": args.layers,

@@ -130,9 +130,9 @@ def rl_step(model, optimizer, tokenizer, arm: str, specs, prompts, args, generat
 
 def starting_model(args, train_specs) -> Path:
     """The drill model every arm starts from, made once per --work folder (its settings in start.json)."""
-    from drk_lab.mini_drkernel import MiniSettings, build_model, operator_drill
-    from drk_lab.rl.pretrain import packed_rows, pretrain
-    from drk_lab.tiny_model import train_tokenizer
+    from drill_learnability import train_drill_model
+
+    from drk_lab.mini_drkernel import operator_drill
 
     work = Path(args.work)
     wanted = {"steps": args.pretrain_steps, "drills": args.drills, "hidden": args.hidden, "seed": args.seed}
@@ -140,15 +140,8 @@ def starting_model(args, train_specs) -> Path:
     if record.exists() and json.loads(record.read_text())["settings"] == wanted:
         return work / "start"
     texts = [operator_drill(spec) for spec in train_specs]
-    heads = args.hidden // 32
-    settings = MiniSettings(vocab_size=1024, hidden_size=args.hidden, num_layers=4, num_heads=heads,
-                            num_kv_heads=max(heads // 2, 1), head_dim=32, intermediate_size=3 * args.hidden,
-                            max_positions=1024, pretrain_steps=args.pretrain_steps, pretrain_batch=8,
-                            pretrain_length=512, pretrain_lr=2e-3, seed=args.seed)
-    tokenizer = train_tokenizer(1024, corpus=texts[:3000])
-    init = build_model(tokenizer, settings, work / "init")
-    result = pretrain(init, packed_rows(texts, tokenizer, settings.pretrain_length, seed=args.seed), work / "start",
-                      steps=args.pretrain_steps, batch=settings.pretrain_batch, lr=settings.pretrain_lr, seed=args.seed)
+    result = train_drill_model(texts, work / "start", steps=args.pretrain_steps, hidden=args.hidden, layers=4, lr=2e-3,
+                               seed=args.seed)
     record.write_text(json.dumps({"settings": wanted, "last_loss": result["loss"][-1],
                                   "seconds": result["train_seconds"]}))
     return work / "start"
