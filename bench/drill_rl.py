@@ -2,6 +2,7 @@
 
     python bench/drill_rl.py --work /tmp/drill_rl                        # about 40 minutes on 2 CPU cores
     python bench/drill_rl.py --work /tmp/drill_rl --arms trloo --lr 1e-4  # the same starting model, reused
+    python bench/drill_rl.py --figure data/runs/drill_rl_cpu   # its seed*/report.json -> figures/drill_rl
 
 The mini run (bench/mini_drkernel.py) has not shown RL raising held-out correctness over SFT, and its
 replies fail mostly by computing the wrong operators. This check asks whether the RL update itself can
@@ -147,9 +148,35 @@ def starting_model(args, train_specs) -> Path:
     return work / "start"
 
 
+def scores_figure(reports: dict[str, dict]):
+    """Chains written exactly against RL step, held-out and train-side side by side: a color per arm, a
+    dash per report (e.g. one per seed, named by the keys)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    colors = dict(zip(ARMS, ("#1f77b4", "#7f7f7f", "#2ca02c")))
+    dashes = ("solid", "dash", "dot", "dashdot")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out combinations", "fresh train-side tasks"))
+    for i, (name, report) in enumerate(reports.items()):
+        for arm, run in report["arms"].items():
+            for col, split in enumerate(("heldout", "train_side"), start=1):
+                fig.add_trace(go.Scatter(x=[p["step"] for p in run["scores"]], y=[p[split] for p in run["scores"]],
+                                         mode="lines+markers", name=f"{arm}, {name}", legendgroup=f"{arm}, {name}",
+                                         showlegend=col == 1,
+                                         line={"color": colors[arm], "dash": dashes[i % len(dashes)]}),
+                              row=1, col=col)
+    chains = next(iter(reports.values()))["chains"]["heldout"]
+    fig.update_xaxes(title_text="RL step")
+    fig.update_yaxes(title_text=f"chains written exactly (greedy, of {chains})", col=1)
+    fig.update_layout(title="RL on operator drills", height=420, width=1000)
+    return fig
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--work", required=True, help="folder for the starting model and the report (made if missing)")
+    p.add_argument("--work", help="folder for the starting model and the report (made if missing)")
+    p.add_argument("--figure", metavar="FOLDER",
+                   help="no run: draw FOLDER/*/report.json (a subfolder per seed) into figures/drill_rl.{html,png}")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     p.add_argument("--pretrain-steps", type=int, default=400)
     p.add_argument("--drills", type=int, default=60000)
@@ -166,6 +193,16 @@ def main() -> None:
     p.add_argument("--report", default="report.json", help="the report's file name inside --work")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     args = p.parse_args()
+    if args.figure:
+        reports = {f.parent.name: json.loads(f.read_text()) for f in sorted(Path(args.figure).glob("*/report.json"))}
+        if not reports:
+            sys.exit(f"--figure {args.figure}: no */report.json there")
+        from drk_lab.viz.plots import save_figure
+
+        print(*save_figure(scores_figure(reports), "drill_rl"))
+        return
+    if not args.work:
+        p.error("--work is needed for a run")
     if not Path(args.rl_data).is_file():
         sys.exit(f"--rl-data {args.rl_data}: no such file (the RL prompt set from `drk data rl`)")
     arms = args.arms.split(",")

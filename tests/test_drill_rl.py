@@ -118,6 +118,23 @@ def test_the_script_runs_every_arm_and_reuses_its_starting_model(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert (tmp_path / "start" / "model.safetensors").stat().st_mtime_ns == made
     assert json.loads((tmp_path / "again.json").read_text())["arms"]["trloo"]["scores"][0] == report["arms"]["trloo"]["scores"][0]
+    # the figure: per arm, a held-out and a train-side line carrying the report's scores
+    from drill_rl import scores_figure
+
+    fig = scores_figure({"seed0": report, "seed1": report})
+    assert len(fig.data) == 2 * 3 * 2
+    first = fig.data[0]
+    assert first.name == "trloo, seed0" and list(first.y) == [p["heldout"] for p in report["arms"]["trloo"]["scores"]]
+    assert list(fig.data[1].y) == [p["train_side"] for p in report["arms"]["trloo"]["scores"]]
     wrong = subprocess.run([sys.executable, str(SCRIPT), "--work", str(tmp_path), "--arms", "ppo"],
                            capture_output=True, text=True, env=env, timeout=120)
     assert wrong.returncode == 1 and wrong.stderr.strip() == "--arms: unknown ppo (choose from trloo, shuffled_in_group, supervised)"
+
+
+def test_figure_and_work_flags_fail_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    empty = subprocess.run([sys.executable, str(SCRIPT), "--figure", str(tmp_path)], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert empty.returncode == 1 and empty.stderr.strip() == f"--figure {tmp_path}: no */report.json there"
+    nothing = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
+    assert nothing.returncode == 2 and nothing.stderr.strip().endswith("error: --work is needed for a run")
