@@ -134,9 +134,9 @@ def test_mini_drkernel(tmp_path):
     fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
     smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
+    assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
     # a run that stopped after its evaluation after SFT: its tables, no curves to draw
     sft_only = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h100_pretrain2000",
                    figure_name=str(tmp_path / "sft_only"))
     assert "no RL runs to draw" in sft_only and "<td>L2 conv</td>\n      <td>83</td>\n      <td>67</td>" in sft_only
     assert (tmp_path / "sft_only_outcomes.html").exists() and not (tmp_path / "sft_only_curves.html").exists()
-    assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
