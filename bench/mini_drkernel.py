@@ -120,7 +120,8 @@ def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings) -> lis
 
 
 def reads_the_task(args, settings, model_dir: Path) -> dict:
-    """teacher_forced_replies on the evaluation's held-out and seen tasks."""
+    """teacher_forced_replies on the evaluation's held-out and seen tasks (none of a part whose limit is 0,
+    as in the evaluation, where None means the whole split)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -129,7 +130,8 @@ def reads_the_task(args, settings, model_dir: Path) -> dict:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device_name()).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
-            for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))}
+            for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))
+            if limit != 0}
 
 
 def sft_dataset(args):

@@ -725,8 +725,9 @@ def test_a_phase_stopped_by_its_time_limit_blocks_the_next_until_resumed(smoke, 
     assert not (out / "sft.json").exists()
     refused = run("--smoke", "--out", out, "--phase", "sft", check=False)
     assert refused.returncode == 2 and "pretraining stopped at a call's time limit" in refused.stderr
-    run("--smoke", "--out", out, "--phase", "pretrain")
+    run("--smoke", "--out", out, "--phase", "pretrain", "--set", "eval_seen=0")  # 0: no seen tasks, not all
     done = read(out / "pretrain.json")
+    assert list(done["reads_the_task"]) == ["heldout"]
     assert not done["stopped_by_time_limit"] and done["resumed"] and len(done["loss"]) == 2
     assert done["loss"][0] == first["loss"][0] and done["seconds"] > first["seconds"] and "reads_the_task" in done
     run("--smoke", "--out", out, "--phase", "sft", *stop)
