@@ -11,6 +11,9 @@
 #   TAG=trloo_long ABLATION=none bash bench/mini_device.sh 470 --set rl_budget_s=780 --set rl_snapshot_step=6
 #                                    # one long TRLOO arm, evaluated at its end and after its sixth step
 #   CONTINUE=1 bash bench/mini_device.sh 585 ...   # a later call: stops at once on a fresh machine
+#   EVAL_SECONDS=225 ABLATION=none bash bench/mini_device.sh 595 --set rl_budget_s=240, then CONTINUE=1 with
+#                                    # the same and 520: the default model from nothing to its evaluation
+#                                    # after RL in two calls of one machine (on an H100, 2026-12-05)
 #   DRK_CAP_ATOL_BY_RMS=0 CONTINUE=1 bash bench/mini_device.sh 585 ...   # an arm begun before the tolerance cap
 #                                    # (2026-12-04) goes on under the rule it began with (docs/flow.md)
 #   EVAL_SECONDS=330 ABLATION=none bash bench/mini_device.sh 570 --set hidden_size=768 ...   # a larger model:
