@@ -108,10 +108,10 @@ def rl_rows(args, split: str | None):
 
 
 def rl_items(args, split: str, limit: int | None, settings: MiniSettings) -> list:
-    """(spec, task) pairs of `split` in a seeded order, the first `limit` (small sizes on a CPU)."""
+    """(spec, task) pairs of `split` in a seeded order, the first `limit` (None: all; small sizes on a CPU)."""
     items = [(spec, task) for spec, task, _ in rl_rows(args, split)]
     random.Random(settings.seed).shuffle(items)
-    items = items[:limit] if limit else items
+    items = items if limit is None else items[:limit]
     return [(spec, task.small()) for spec, task in items] if device_name() == "cpu" else items
 
 
@@ -120,8 +120,7 @@ def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings) -> lis
 
 
 def reads_the_task(args, settings, model_dir: Path) -> dict:
-    """teacher_forced_replies on the evaluation's held-out and seen tasks (none of a part whose limit is 0,
-    as in the evaluation, where None means the whole split)."""
+    """teacher_forced_replies on the evaluation's held-out and seen tasks (a part whose limit is 0 is left out)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -453,7 +452,7 @@ def phase_eval(args, settings, out: Path) -> dict:
     policy = StaticCachePolicy(str(need(path, "sft" if name == "sft" else "rl")), dtype=torch.float32,
                                cuda_graph=settings.cuda_graph)
     heldout_items = rl_items(args, "heldout", settings.eval_heldout, settings)
-    seen_items = rl_items(args, "train", settings.eval_seen, settings) if settings.eval_seen else []
+    seen_items = rl_items(args, "train", settings.eval_seen, settings)
     specs = {task.name: spec for spec, task in heldout_items + seen_items}  # to check the operators written
     heldout, seen = [task for _, task in heldout_items], [task for _, task in seen_items]
     builtin = [t for level in settings.eval_builtin_levels for t in drk.builtin_tasks(level=level)]
