@@ -18,7 +18,7 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   pretrain   next-token training (all tokens) on the SFT conversations (not the repairs) and the teacher's
              first replies to the other train-split tasks and to 12,000 tasks sampled afresh whose operator
              combinations are train-side, and 100,000 operator drills (a task's forward lines beside the
-             teacher's chain lines): 2,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
+             teacher's chain lines; 30,000 of them in the GEMM or conv epilogue): 2,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
              autocast -> pretrain/ (optional, --set pretrain_steps=0); pretrain_time_limit_s=N stops before
              a step that would pass N s, its state in pretrain.ckpt.pt, and the next call resumes it
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
@@ -240,6 +240,9 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     drills = fresh_train_specs(settings.pretrain_drills, rows, rule.get("heldout_fraction"), rule.get("seed", 0),
                                seed=20_000 + settings.seed)
     texts += [operator_drill(spec) for spec in drills]
+    epilogue = fresh_train_specs(settings.pretrain_epilogue_drills, rows, rule.get("heldout_fraction"),
+                                 rule.get("seed", 0), seed=30_000 + settings.seed, with_head=True)
+    texts += [operator_drill(spec, epilogue=True) for spec in epilogue]
     packed = packed_rows(texts, tokenizer, settings.pretrain_length, seed=settings.seed)
     limit = settings.pretrain_time_limit_s
     result = pretrain(init, packed, out / "pretrain", steps=settings.pretrain_steps, batch=settings.pretrain_batch,
@@ -248,6 +251,7 @@ def phase_pretrain(args, settings, out: Path) -> dict:
     done = {"stopped_by_time_limit": not result["finished"], "first_loss": result["loss"][0],
             "last_loss": result["loss"][-1], "sft_conversations": len(covered),
             "first_turn_tasks": len(specs), "new_tasks": len(fresh), "drills": len(drills),
+            "epilogue_drills": len(epilogue),
             "combinations": len({s.combination for s in specs + fresh}
                                 | {s.combination for (s, _, _), sft in zip(rows, in_sft) if sft}),
             **result}

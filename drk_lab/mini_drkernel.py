@@ -5,6 +5,7 @@
     model_dir = build_model(tokenizer, settings, "out/init")    # a Qwen3-style model of ~27M parameters
     texts = conversation_texts(sft, tokenizer) + first_turn_texts(train_specs, tokenizer)
     texts += [operator_drill(spec) for spec in drill_specs]      # the operators, prompt beside kernel
+    texts += [operator_drill(spec, epilogue=True) for spec in headed_specs]  # ... beside the GEMM's epilogue
     pretrain(model_dir, packed_rows(texts, tokenizer, settings.pretrain_length), "out/pretrain", ...)  # rl/pretrain.py
 
 (mini_report.py summarises the evaluations and reads a run back for notebook 06.) What it is: a
@@ -50,7 +51,15 @@ class MiniSettings:
     # short drills, one per fresh train-side task: the forward's lines beside the kernel's lines for the same
     # operators. In whole replies the few tokens that name an operator are drowned by the template, and the
     # fourth H200 run's model wrote the task's chain in 2 of 94 replies (chance), though its loss was 0.015
-    pretrain_drills: int = 100_000  # about 13M tokens, a fifth of the packed rows
+    pretrain_drills: int = 70_000
+    # drills in the form of the GEMM or conv epilogue (operator_drill's `epilogue`), from fresh train-side
+    # tasks with a head; with the plain ones about 13M tokens, a fifth of the packed rows. Plain drills
+    # teach the chain in a kernel of its own, the first reply's form; the second reply fuses it into the
+    # epilogue, which only the SFT set's conversations showed (about 700, of the combinations they cover),
+    # and second replies wrote a wrong chain twice as often as first ones. A drill model trained on plain
+    # drills alone wrote 1 of 96 held-out chains in the epilogue form (86 of 100 plain); with half its
+    # drills in that form, 84 of 96 (86 of 100 plain) (bench/drill_learnability.py, BENCHMARKS.md)
+    pretrain_epilogue_drills: int = 30_000
     pretrain_batch: int = 8
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row
     pretrain_lr: float = 1e-3
@@ -131,7 +140,8 @@ class MiniSettings:
         """Tiny sizes for a CPU run of every phase in well under a minute."""
         small = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                      intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2,
-                     pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20, pretrain_batch=2,
+                     pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20,
+                     pretrain_epilogue_drills=10, pretrain_batch=2,
                      pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, rl_probe_tasks=2, eval_heldout=2,
@@ -183,29 +193,38 @@ def first_turn_texts(specs, tokenizer) -> list[str]:
             for spec in specs]
 
 
-def fresh_train_specs(n: int, rl_rows, heldout_fraction: float | None, split_seed: int, seed: int) -> list:
+def fresh_train_specs(n: int, rl_rows, heldout_fraction: float | None, split_seed: int, seed: int,
+                      with_head: bool = False) -> list:
     """`n` task specs sampled afresh (data.generator.sample_specs) that are none of the RL prompt set's
     `rl_rows` ((spec, task, row), both splits) and whose operator combination is train-side for that set
     (data.splits.is_train_combination with its heldout_fraction and seed): more combinations for
-    pretraining, never a held-out one."""
+    pretraining, never a held-out one. `with_head`: only tasks that start with a linear or a conv."""
     from drk_lab.data.generator import sample_specs
     from drk_lab.data.splits import combinations_by_split, is_train_combination
 
     known = combinations_by_split([row for _, _, row in rl_rows])
     taken = {spec.key for spec, _, _ in rl_rows}
-    return sample_specs(n, seed, keep=lambda spec: spec.key not in taken and is_train_combination(
-        spec.combination, known, heldout_fraction, split_seed))
+    return sample_specs(n, seed, keep=lambda spec: spec.key not in taken and (spec.head or not with_head)
+                        and is_train_combination(spec.combination, known, heldout_fraction, split_seed))
 
 
-def operator_drill(spec) -> str:
+def operator_drill(spec, epilogue: bool = False) -> str:
     """The two places a task's operators appear, as the prompt and the teacher's reply write them: the
     reference's forward lines, then the chain kernel's load, pointwise lines and store. A few dozen tokens in
-    which the operator lines are a large share, where in a whole reply they are a few of 1,300."""
+    which the operator lines are a large share, where in a whole reply they are a few of 1,300.
+
+    `epilogue` (a task with a linear or conv head): the kernel's lines are instead those of the GEMM or conv
+    tile's epilogue, where the teacher's second reply fuses the chain (kernels_gemm.epilogue_lines). Its
+    first reply writes the chain in a kernel of its own, the form plain drills teach."""
+    from drk_lab.data.kernels_gemm import epilogue_lines
     from drk_lab.data.kernels_rows import OUT, chain_lines, flat_bias_load
     from drk_lab.data.spec import forward_lines
 
-    kernel = ["h = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)", *chain_lines(spec, flat_bias_load),
-              f"tl.store(y_ptr + offs, v.to({OUT}), mask=mask)"]
+    if epilogue:
+        kernel = [*epilogue_lines(spec), f"tl.store(y_ptrs, v.to({OUT}), mask=mask)"]
+    else:
+        kernel = ["h = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
+                  *chain_lines(spec, flat_bias_load), f"tl.store(y_ptr + offs, v.to({OUT}), mask=mask)"]
     return "".join(f"        {line}\n" for line in forward_lines(spec)) + "".join(f"    {line}\n" for line in kernel)
 
 

@@ -59,6 +59,7 @@ def test_every_phase_writes_its_results(smoke):
     # repair rows stay out of pretraining (their buggy replies must not be targets)
     assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
     assert pretrain["new_tasks"] == 20 and pretrain["drills"] == 20 and pretrain["combinations"] > 20
+    assert pretrain["epilogue_drills"] == 10
     assert read(run_dir / "sft.json")["loss"]
     for phase in ("pretrain", "sft", "rl_trloo"):  # teacher-forced scoring of the teacher's replies, seen and held-out
         probe = read(run_dir / f"{phase}.json")["reads_the_task"]
@@ -360,16 +361,41 @@ def test_an_operator_drill_holds_the_forward_and_the_kernels_chain():
     assert drill.index("return y") < drill.index("v = h") and len(drill) < 1500
 
 
+@pytest.mark.parametrize("head", ["linear", "conv"])
+def test_an_epilogue_drill_holds_the_lines_the_teachers_second_reply_fuses(head):
+    """The epilogue form: the forward's lines, then the GEMM or conv tile's epilogue exactly as the
+    teacher's second reply writes it (its chain read back by chain_written), and not the first reply's
+    separate chain kernel."""
+    from drk_lab.data.generator import sample_specs
+    from drk_lab.data.kernels_gemm import epilogue_lines
+    from drk_lab.data.kernels_rows import chain_wanted, chain_written
+    from drk_lab.data.spec import forward_lines
+    from drk_lab.data.teacher import answer
+    from drk_lab.mini_drkernel import operator_drill
+
+    (spec,) = sample_specs(1, seed=3, keep=lambda s: s.head == head and s.dtype != "float32" and "bias" in s.steps
+                           and len(chain_wanted(s)) >= 3)
+    drill = operator_drill(spec, epilogue=True)
+    assert all(f"        {line}\n" in drill for line in forward_lines(spec))
+    assert chain_written(drill) == chain_wanted(spec)
+    second, first = answer(spec, 2), answer(spec, 1)
+    tile = "\n".join(f"    {line}" for line in epilogue_lines(spec))
+    assert tile in drill and tile in second and tile not in first
+    assert "x_ptr" not in drill
+
+
 def test_the_drill_check_trains_and_scores_a_small_model(tmp_path):
     """bench/drill_learnability.py end to end with 2 steps: it trains on drills, writes chains for trained
     and held-out tasks and counts them; a missing prompt set is one line."""
     script = REPO / "bench" / "drill_learnability.py"
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
-    done = subprocess.run([sys.executable, str(script), "--steps", "2", "--drills", "40", "--chains", "3"],
+    done = subprocess.run([sys.executable, str(script), "--steps", "2", "--drills", "40", "--epilogue-drills", "10",
+                           "--chains", "3"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    assert report["drills"] == 40 and report["steps"] == 2 and report["last_loss"] > 0
+    assert report["drills"] == 40 and report["epilogue_drills"] == 10 and report["steps"] == 2 and report["last_loss"] > 0
+    assert 1 <= report["heldout_combinations_epilogue"]["chains"] <= 3  # the held-out tasks with a head
     for part in ("trained_drills", "heldout_combinations"):
         counts = report[part]
         assert counts["chains"] == 3 and 0 <= counts["exact"] <= 3
@@ -384,9 +410,9 @@ def test_the_drill_check_trains_and_scores_a_small_model(tmp_path):
 
     specs = [spec for spec, _, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz", split="heldout")[:20]]
     tokenizer = train_tokenizer(1024, corpus=[operator_drill(s) for s in specs])
-    for spec in specs:
-        whole = tokenizer(operator_drill(spec), add_special_tokens=False)["input_ids"]
-        prompt = drill_prompt(tokenizer, spec)
+    for spec, epilogue in [(spec, False) for spec in specs] + [(spec, True) for spec in specs if spec.head]:
+        whole = tokenizer(operator_drill(spec, epilogue), add_special_tokens=False)["input_ids"]
+        prompt = drill_prompt(tokenizer, spec, epilogue)
         assert whole[: len(prompt)] == prompt and tokenizer.decode(prompt).endswith("v = h")
         assert tokenizer.decode(whole[len(prompt)]).startswith("\n")
     missing = subprocess.run([sys.executable, str(script), "--rl-data", str(tmp_path / "none.jsonl.gz")],
@@ -662,6 +688,10 @@ def test_fresh_pretraining_tasks_never_take_a_heldout_combination():
     # without the set's split rule, only its own train combinations are taken
     strict = fresh_train_specs(300, rows, None, 0, seed=1)
     assert {s.combination for s in strict} <= known["train"]
+    # the epilogue drills' tasks: each with a head, the same rule
+    headed = fresh_train_specs(300, rows, rule["heldout_fraction"], rule["seed"], seed=2, with_head=True)
+    assert len(headed) == 300 and {s.head for s in headed} == {"linear", "conv"}
+    assert not {s.combination for s in headed} & known["heldout"]
 
 
 def test_pretraining_rows_hold_whole_texts(smoke):

@@ -34,12 +34,28 @@ def _tiles(spec: TaskSpec, style: str) -> list[tuple[dict, int, int]]:
     return big + [({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64 if half else 32, "GROUP_M": 8}, 4, 4)]
 
 
-def _epilogue(spec: TaskSpec, fused: bool, bias_load) -> str:
-    lines = ["h = acc + head_bias"]
+# per head, the tile's index that a per-feature bias follows and how it broadcasts over the tile: a linear's
+# output columns (one bias per output feature), a conv's output channels (the tile's rows)
+BIAS_TILE = {"linear": ("lin_b_ptr", "cols", "[None, :]"), "conv": ("conv_b_ptr", "chans", "[:, None]")}
+
+
+def epilogue_lines(spec: TaskSpec, fused: bool = True) -> list[str]:
+    """The tile's lines after the K loop, from `acc` to `v`: the head's bias, rounding to the storage dtype,
+    then (with `fused`, turn 2 on) the pointwise chain, whose per-feature biases load like the head's."""
+    head_bias, index, broadcast = BIAS_TILE[spec.head]
+    lines = [f"head_bias = tl.load({head_bias} + {index}).to(tl.float32){broadcast}", "h = acc + head_bias"]
     if spec.dtype != "float32":
         lines.append(f"h = h.to({OUT}).to(tl.float32)")
+
+    def bias_load(i: int) -> str:
+        return f"tl.load(b{i}_ptr + {index}).to(tl.float32){broadcast}"
+
     lines += chain_lines(spec, bias_load) if fused else ["v = h"]
-    return "\n".join("    " + line for line in lines)
+    return lines
+
+
+def _epilogue(spec: TaskSpec, fused: bool) -> str:
+    return "\n".join("    " + line for line in epilogue_lines(spec, fused))
 
 
 def _tuning(spec: TaskSpec, kernel: str, name: str, key: str, sizes: str) -> str:
@@ -90,8 +106,7 @@ def linear_kernel(x_ptr, w_ptr, lin_b_ptr, {"".join(b + ", " for b in biases)}y_
         acc = {_dot(spec)}
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    head_bias = tl.load(lin_b_ptr + cols).to(tl.float32)[None, :]
-{_epilogue(spec, fused, lambda i: f"tl.load(b{i}_ptr + cols).to(tl.float32)[None, :]")}
+{_epilogue(spec, fused)}
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     tl.store(y_ptrs, v.to({OUT}), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 '''
@@ -148,8 +163,7 @@ def conv_kernel(x_ptr, w_ptr, conv_b_ptr, {"".join(b + ", " for b in biases)}y_p
         inside = k_ok[:, None] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         b = tl.load(x_image + c[:, None] * HW + ih * W + iw, mask=inside, other=0.0)
         acc = {_dot(spec)}
-    head_bias = tl.load(conv_b_ptr + chans).to(tl.float32)[:, None]
-{_epilogue(spec, fused, lambda i: f"tl.load(b{i}_ptr + chans).to(tl.float32)[:, None]")}
+{_epilogue(spec, fused)}
     y_ptrs = y_ptr + image * C_out * HW + offs_m[:, None] * HW + offs_n[None, :]
     tl.store(y_ptrs, v.to({OUT}), mask=(offs_m[:, None] < C_out) & (offs_n[None, :] < HW))
 '''
