@@ -120,17 +120,26 @@ def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings) -> lis
 
 
 def reads_the_task(args, settings, model_dir: Path) -> dict:
-    """teacher_forced_replies on the evaluation's held-out and seen tasks (a part whose limit is 0 is left out)."""
+    """teacher_forced_replies on the evaluation's held-out and seen tasks (a part whose limit is 0 is left out),
+    and teacher_forced_drills in both forms on as many held-out tasks with a linear or conv head and a chain."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drk_lab.mini_drkernel import teacher_forced_replies
+    from drk_lab.data.kernels_rows import chain_wanted
+    from drk_lab.mini_drkernel import teacher_forced_drills, teacher_forced_replies
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device_name()).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
-            for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))
-            if limit != 0}
+    parts = {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
+             for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))
+             if limit != 0}
+    headed = [spec for spec, _, _ in rl_rows(args, "heldout") if spec.head and chain_wanted(spec)]
+    random.Random(settings.seed).shuffle(headed)
+    headed = headed[: settings.eval_heldout]
+    if headed:
+        parts["heldout_drills"] = teacher_forced_drills(model, tokenizer, headed)
+        parts["heldout_epilogue_drills"] = teacher_forced_drills(model, tokenizer, headed, epilogue=True)
+    return parts
 
 
 def sft_dataset(args):

@@ -263,7 +263,6 @@ def parameter_count(model) -> int:
 
 
 # -- does the model read the task? ---------------------------------------------------------------
-@torch.no_grad()
 def teacher_forced_replies(model, tokenizer, specs) -> dict:
     """The teacher's first reply to each task spec, scored teacher-forced: at how many reply tokens the
     model's most likely next token is not the teacher's. A reply with none would come out exactly under
@@ -273,19 +272,45 @@ def teacher_forced_replies(model, tokenizer, specs) -> dict:
     from drk_lab.agent.prompts import initial_prompt_for_source
     from drk_lab.data.spec import render_source
 
-    device = next(model.parameters()).device
-    errors, tokens = [], 0
+    spans = []
     for text, spec in zip(first_turn_texts(specs, tokenizer), specs):
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": initial_prompt_for_source(render_source(spec))}],
                                                tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
-        guess = logits[start - 1: len(ids) - 1].argmax(-1).cpu()
-        errors.append(int((guess != torch.tensor(ids[start:])).sum()))
-        tokens += len(ids) - start
+        spans.append((ids, len(tokenizer(prompt, add_special_tokens=False)["input_ids"]), len(ids)))
+    return {"replies": len(spans), **wrong_guesses(model, spans)}
+
+
+def teacher_forced_drills(model, tokenizer, specs, epilogue: bool = False) -> dict:
+    """The operator drills of `specs` (operator_drill), scored teacher-forced on their chain alone: the
+    tokens after the kernel's `v = h` up to its store. A drill with no wrong guess there would be written
+    exactly under greedy decoding. Plain drills ask for the chain in a kernel of its own (the first reply's
+    form), `epilogue` ones in the GEMM or conv tile's epilogue (the second reply's): whether the model
+    reads the forward's operators into each form, in short texts free of the rest of a reply."""
+    spans = []
+    for spec in specs:
+        drill = operator_drill(spec, epilogue)
+        start, end = drill.index("    v = h\n") + len("    v = h"), drill.index("    tl.store")
+        encoded = tokenizer(drill, add_special_tokens=False, return_offsets_mapping=True)
+        chain = [i for i, (first, _) in enumerate(encoded["offset_mapping"]) if start <= first < end]
+        spans.append((encoded["input_ids"], chain[0], chain[-1] + 1))
+    return {"drills": len(spans), **wrong_guesses(model, spans)}
+
+
+@torch.no_grad()
+def wrong_guesses(model, spans) -> dict:
+    """For each (token ids, start, end): at how many of the tokens start..end-1 the model's most likely
+    next token, given the ones before, is not the text's; summed up as the share of texts with none
+    (`exact_share`), the median count and the share of tokens guessed right."""
+    device = next(model.parameters()).device
+    errors, tokens = [], 0
+    for ids, start, end in spans:
+        logits = model(input_ids=torch.tensor([ids[:end]], device=device)).logits[0]
+        guess = logits[start - 1: end - 1].argmax(-1).cpu()
+        errors.append(int((guess != torch.tensor(ids[start:end])).sum()))
+        tokens += end - start
     errors.sort()
-    return {"replies": len(errors), "exact_share": sum(e == 0 for e in errors) / max(len(errors), 1),
+    return {"exact_share": sum(e == 0 for e in errors) / max(len(errors), 1),
             "errors_median": errors[len(errors) // 2] if errors else None,
             "token_accuracy": 1 - sum(errors) / max(tokens, 1)}
 

@@ -64,6 +64,7 @@ def test_every_phase_writes_its_results(smoke):
     for phase in ("pretrain", "sft", "rl_trloo"):  # teacher-forced scoring of the teacher's replies, seen and held-out
         probe = read(run_dir / f"{phase}.json")["reads_the_task"]
         assert probe["heldout"]["replies"] == 2 and probe["seen"]["replies"] == 1
+        assert probe["heldout_drills"]["drills"] == probe["heldout_epilogue_drills"]["drills"] == 2
         for part in probe.values():
             assert 0 <= part["exact_share"] <= 1 and 0 <= part["token_accuracy"] < 1 and part["errors_median"] > 0
     genbench = read(run_dir / "genbench.json")
@@ -757,7 +758,7 @@ def test_a_phase_stopped_by_its_time_limit_blocks_the_next_until_resumed(smoke, 
     assert refused.returncode == 2 and "pretraining stopped at a call's time limit" in refused.stderr
     run("--smoke", "--out", out, "--phase", "pretrain", "--set", "eval_seen=0")  # 0: no seen tasks, not all
     done = read(out / "pretrain.json")
-    assert list(done["reads_the_task"]) == ["heldout"]
+    assert list(done["reads_the_task"]) == ["heldout", "heldout_drills", "heldout_epilogue_drills"]
     assert not done["stopped_by_time_limit"] and done["resumed"] and len(done["loss"]) == 2
     assert done["loss"][0] == first["loss"][0] and done["seconds"] > first["seconds"] and "reads_the_task" in done
     run("--smoke", "--out", out, "--phase", "sft", *stop)
@@ -771,13 +772,14 @@ def test_a_phase_stopped_by_its_time_limit_blocks_the_next_until_resumed(smoke, 
 
 
 def test_teacher_forced_scoring_lines_up_each_guess_with_the_next_reply_token(smoke):
-    """A model that sees the next token scores every reply exact; one that repeats the current token does
-    not. (The prompt's tokens are never scored: a model right only on the reply is exact.)"""
+    """A model that sees the next token scores every reply and drill exact; one that repeats the current
+    token does not. (The prompt's tokens are never scored: a model right only on the reply is exact.)"""
     import torch
     from transformers import AutoTokenizer
 
     from drk_lab.data.export import read_rl_tasks
-    from drk_lab.mini_drkernel import teacher_forced_replies
+    from drk_lab.data.kernels_rows import chain_wanted
+    from drk_lab.mini_drkernel import operator_drill, teacher_forced_drills, teacher_forced_replies
 
     tokenizer = AutoTokenizer.from_pretrained(smoke / "run" / "init")
     specs = [spec for spec, _, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz", split="heldout")[:2]]
@@ -795,3 +797,13 @@ def test_teacher_forced_scoring_lines_up_each_guess_with_the_next_reply_token(sm
     assert right == {"replies": 2, "exact_share": 1.0, "errors_median": 0, "token_accuracy": 1.0}
     wrong = teacher_forced_replies(Oracle(0), tokenizer, specs)
     assert wrong["exact_share"] == 0.0 and wrong["errors_median"] > 100 and wrong["token_accuracy"] < 0.5
+    # drills: only the chain's tokens are scored (those after the kernel's `v = h` up to its store)
+    headed = [spec for spec, _, _ in read_rl_tasks(REPO / "data" / "rl" / "prompts.jsonl.gz", split="heldout")
+              if spec.head and chain_wanted(spec)][:3]
+    for epilogue in (False, True):
+        assert teacher_forced_drills(Oracle(1), tokenizer, headed, epilogue) == {
+            "drills": 3, "exact_share": 1.0, "errors_median": 0, "token_accuracy": 1.0}
+        wrong = teacher_forced_drills(Oracle(0), tokenizer, headed, epilogue)
+        chains = sorted(len(tokenizer(d[d.index("v = h\n") + 5: d.index("    tl.store")])["input_ids"])
+                        for d in (operator_drill(spec, epilogue) for spec in headed))
+        assert wrong["exact_share"] == 0.0 and 0 < wrong["errors_median"] <= chains[1] + 1
