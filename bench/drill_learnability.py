@@ -119,9 +119,9 @@ def main() -> None:
                                    lr=args.lr, seed=args.seed)
         model = AutoModelForCausalLM.from_pretrained(Path(tmp) / "out").eval()
         tokenizer = AutoTokenizer.from_pretrained(Path(tmp) / "out")
-        report = {"steps": args.steps, "drills": len(train), "epilogue_drills": len(epilogue), "hidden": args.hidden, "layers": args.layers,
-                  "lr": args.lr, "seed": args.seed, "parameters": sum(p.numel() for p in model.parameters()),
-                  "first_loss": result["loss"][0],
+        report = {"steps": args.steps, "drills": len(train), "epilogue_drills": len(epilogue),
+                  "hidden": args.hidden, "layers": args.layers, "lr": args.lr, "seed": args.seed,
+                  "parameters": sum(p.numel() for p in model.parameters()), "first_loss": result["loss"][0],
                   "last_loss": result["loss"][-1], "seconds": result["train_seconds"],
                   "trained_drills": score(model, tokenizer, train[: args.chains]),
                   "heldout_combinations": score(model, tokenizer, heldout),

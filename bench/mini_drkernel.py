@@ -18,9 +18,10 @@ Phases (each writes JSON under --out; --export DIR copies the small files there,
   pretrain   next-token training (all tokens) on the SFT conversations (not the repairs) and the teacher's
              first replies to the other train-split tasks and to 12,000 tasks sampled afresh whose operator
              combinations are train-side, and 100,000 operator drills (a task's forward lines beside the
-             teacher's chain lines; 30,000 of them in the GEMM or conv epilogue): 2,000 steps of 8 rows of 4,096 tokens holding whole texts, bf16
-             autocast -> pretrain/ (optional, --set pretrain_steps=0); pretrain_time_limit_s=N stops before
-             a step that would pass N s, its state in pretrain.ckpt.pt, and the next call resumes it
+             teacher's chain lines; 30,000 of them in the GEMM or conv epilogue): 2,000 steps of 8 rows of
+             4,096 tokens holding whole texts, bf16 autocast -> pretrain/ (optional, --set pretrain_steps=0);
+             pretrain_time_limit_s=N stops before a step that would pass N s, its state in pretrain.ckpt.pt,
+             and the next call resumes it
   sft        rl/sft.py (TRL, assistant-only loss): 1 epoch over the SFT set and the repair set (a planted
              bug's reply is context, not a target), batch 8, lr 3e-4, no activation checkpointing -> sft/;
              sft_time_limit_s=N likewise (TRL's checkpoint in sft/checkpoint-*)
@@ -131,8 +132,8 @@ def reads_the_task(args, settings, model_dir: Path) -> dict:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device_name()).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     parts = {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
-             for part, split, limit in (("heldout", "heldout", settings.eval_heldout), ("seen", "train", settings.eval_seen))
-             if limit != 0}
+             for part, split, limit in (("heldout", "heldout", settings.eval_heldout),
+                                        ("seen", "train", settings.eval_seen)) if limit != 0}
     headed = [spec for spec, _, _ in rl_rows(args, "heldout") if spec.head and chain_wanted(spec)]
     random.Random(settings.seed).shuffle(headed)
     headed = headed[: settings.eval_heldout]

@@ -57,8 +57,8 @@ class MiniSettings:
     # teach the chain in a kernel of its own, the first reply's form; the second reply fuses it into the
     # epilogue, which only the SFT set's conversations showed (about 700, of the combinations they cover),
     # and second replies wrote a wrong chain twice as often as first ones. A drill model trained on plain
-    # drills alone wrote 1 of 96 held-out chains in the epilogue form (86 of 100 plain); with half its
-    # drills in that form, 84 of 96 (86 of 100 plain) (bench/drill_learnability.py, BENCHMARKS.md)
+    # drills alone wrote 0-1 of 96 held-out chains in the epilogue form (86-95 of 100 plain); with half its
+    # drills in that form, 83-84 of 96 (86-88 plain), two seeds each (bench/drill_learnability.py)
     pretrain_epilogue_drills: int = 30_000
     pretrain_batch: int = 8
     pretrain_length: int = 4096  # a whole first prompt and reply (<= 3,300 tokens) fit in one row

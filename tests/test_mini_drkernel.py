@@ -395,7 +395,8 @@ def test_the_drill_check_trains_and_scores_a_small_model(tmp_path):
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    assert report["drills"] == 40 and report["epilogue_drills"] == 10 and report["steps"] == 2 and report["last_loss"] > 0
+    assert report["drills"] == 40 and report["epilogue_drills"] == 10
+    assert report["steps"] == 2 and report["last_loss"] > 0
     assert 1 <= report["heldout_combinations_epilogue"]["chains"] <= 3  # the held-out tasks with a head
     for part in ("trained_drills", "heldout_combinations"):
         counts = report[part]
