@@ -280,7 +280,10 @@ def phase_sft(args, settings, out: Path) -> dict:
     limit = settings.sft_time_limit_s
     # TRL checkpoints activations by default (each layer's forward again in the backward pass); a model of
     # tens of millions of parameters has memory to spare for them
-    run = run_sft(str(start), sft_dataset(args), out / "sft", lr=settings.sft_lr, epochs=settings.sft_epochs,
+    dataset = sft_dataset(args)
+    if settings.sft_rows is not None and settings.sft_rows < len(dataset):
+        dataset = dataset.shuffle(seed=settings.seed).select(range(settings.sft_rows))
+    run = run_sft(str(start), dataset, out / "sft", lr=settings.sft_lr, epochs=settings.sft_epochs,
                   batch_size=settings.sft_batch, max_length=settings.sft_max_length, seed=settings.seed,
                   max_steps=settings.sft_max_steps, bf16=torch.cuda.is_available(), lr_scheduler_type="cosine",
                   gradient_checkpointing=False, disable_tqdm=False, resume=True,

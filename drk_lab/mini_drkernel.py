@@ -74,6 +74,9 @@ class MiniSettings:
     sft_lr: float = 3e-4
     sft_max_length: int = 8192
     sft_max_steps: int = -1  # -1: sft_epochs decide
+    # at most this many rows of the SFT and repair sets, drawn at random (None: all). TRL tokenizes every row
+    # before the first step, 20 s on a CPU for the 1,350: the smoke's two steps need a few
+    sft_rows: int | None = None
     sft_time_limit_s: float | None = None  # as pretrain_time_limit_s: TRL's checkpoint, resumed by the next call
     # multi-turn RL (rl/trainer.py)
     rl_steps: int = 50  # a ceiling: rl_budget_s decides
@@ -142,7 +145,7 @@ class MiniSettings:
                      intermediate_size=128, max_positions=4096, tokenizer_prompts=50, pretrain_steps=2,
                      pretrain_first_turns=20, pretrain_new_tasks=20, pretrain_drills=20,
                      pretrain_epilogue_drills=10, pretrain_batch=2,
-                     pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2,
+                     pretrain_length=128, sft_epochs=1.0, sft_batch=1, sft_max_length=2048, sft_max_steps=2, sft_rows=16,
                      rl_steps=1, prompts_per_step=2, samples=2, turns=2, max_new_tokens=24, max_context_tokens=4096,
                      micro_batch_size=4, mini_batches=1, rl_time_limit_s=600.0, rl_probe_tasks=2, eval_heldout=2,
                      eval_seen=1, eval_builtin_levels=(1,), eval_builtin_max=2, eval_samples=2, stts_tasks=1, stts=(2, 1, 2),

@@ -141,6 +141,29 @@ def test_a_template_that_would_train_on_a_planted_bug_is_refused(rl_dir, tmp_pat
         run_sft(model, data, tmp_path / "no", max_length=4096, train=False, chat_template=marks_all)
 
 
+def test_the_planted_bug_check_finds_its_row_when_truncation_drops_an_earlier_one(tmp_path):
+    """TRL drops a row whose prompt alone fills max_length; the check must still read the repair row's own
+    labels, not those of the row that moved into its place (here a plain row whose reply begins as the
+    planted bug does, which the check would take for the bug trained on)."""
+    pytest.importorskip("trl")
+    from drk_lab.rl.sft import run_sft
+    from drk_lab.tiny_model import make_tiny_model
+
+    reply = "A first version. " * 20
+    rows = [{"messages": [{"role": "user", "content": "a very long task " * 400},
+                          {"role": "assistant", "content": "short"}]},
+            {"messages": [{"role": "user", "content": "task"},
+                          {"role": "assistant", "content": reply + "with the planted bug", "train": False},
+                          {"role": "user", "content": "FAILED (mismatch)"},
+                          {"role": "assistant", "content": "The previous version computed the wrong values."}]},
+            {"messages": [{"role": "user", "content": "another task"},
+                          {"role": "assistant", "content": reply + "right"}]}]
+    write_rows(rows, tmp_path / "rows.parquet")
+    data = load_cold_start(tmp_path / "rows.parquet")
+    run = run_sft(make_tiny_model(tmp_path / "tiny"), data, tmp_path / "out", max_length=512, train=False)
+    assert len(run.trainer.train_dataset) == 2  # the long row went, the check ran on the others
+
+
 def test_write_rows_names_an_unknown_suffix(tmp_path):
     with pytest.raises(ValueError, match="unknown format"):
         write_rows([{"a": 1}], tmp_path / "rows.csv")

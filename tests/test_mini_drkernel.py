@@ -124,7 +124,8 @@ def test_the_notebooks_tables_read_the_exported_run(smoke):
     assert [row["checkpoint"] for row in headline_rows(result)] == ["sft", "rl_trloo"]
     assert [(row["run"], row["step"]) for row in chain_step_rows(result)] == [("trloo", 1)]
     assert [(row["phase"], row["part"]) for row in reading_rows(result)] == [
-        (phase, part) for phase in ("pretrain", "sft", "rl_trloo") for part in ("heldout", "seen")]
+        (phase, part) for phase in ("pretrain", "sft", "rl_trloo")
+        for part in ("heldout", "seen", "heldout_drills", "heldout_epilogue_drills")]
     outcomes = outcome_rows(result)
     assert [row["checkpoint"] for row in outcomes] == ["sft", "rl_trloo"]
     for row in outcomes:
