@@ -313,29 +313,20 @@ def _check_template(tokenizer) -> None:
 
 
 def _check_untrained_messages(trainer, dataset) -> None:
-    """An assistant message marked "train": False (a repair row's planted bug, drk_lab.data.bugs) must
-    get no loss; only a chat template that leaves such messages out of its {% generation %} block does
-    that. Checked on the first such row as the trainer tokenised it, found in the trainer's own dataset: TRL
-    drops the rows that truncation leaves without a trained token, so a position in `dataset` can name
-    another row there (a repair row's planted bug starts as the teacher's first reply to some other row)."""
-    rows = trainer.train_dataset
-    if "messages" in rows.column_names:
-        messages_of = rows["messages"]
-    elif len(rows) == len(dataset):  # a TRL that drops the text columns: positions line up if no row was dropped
-        messages_of = dataset["messages"]
-    else:
-        return
-    marked = next((i for i, messages in enumerate(messages_of)
-                   if any(m.get("train") is False for m in messages)), None)
+    """An assistant message marked "train": False (a repair row's planted bug, drk_lab.data.bugs) must get no
+    loss, which only a chat template that leaves it out of its {% generation %} block gives. Checked on the
+    first such row among the trainer's own rows (TRL drops those truncation leaves untrained, shifting positions)."""
+    rows = trainer.train_dataset  # TRL 1.x keeps the messages; where a TRL drops them, positions must do
+    messages_of = rows["messages"] if "messages" in rows.column_names else dataset["messages"]
+    marked = next((i for i, ms in enumerate(messages_of) if any(m.get("train") is False for m in ms)), None)
     if marked is None:
         return
     labels = trainer.data_collator([rows[marked]])["labels"][0].tolist()
     trained = trainer.processing_class.decode([t for t in labels if t != -100])
     untrained = next(m["content"] for m in messages_of[marked] if m.get("train") is False)
     if untrained.strip()[:200] in trained:
-        raise ColdStartError('the chat template trains on assistant messages marked "train": false (a repair '
-                             "row's planted bug): leave them out of its {% generation %} block, as "
-                             "drk_lab.tiny_model.CHAT_TEMPLATE does, or drop those rows")
+        raise ColdStartError('the chat template trains on assistant messages marked "train": false (planted bugs): '
+                             "leave them out of its {% generation %} block, as drk_lab.tiny_model.CHAT_TEMPLATE does")
 
 
 def run_sft(model, dataset, output_dir: str | os.PathLike, *, tokenizer=None, lora: dict | None = None,
