@@ -33,10 +33,10 @@ def drill_prompt(tokenizer, spec, epilogue: bool = False) -> list[int]:
     """The drill's own tokens up to the end of its `v = h` line. Cutting the text after that line's newline
     instead ends the prompt on a lone newline token, which in training comes only before the end of a
     text: a model that learned that much ends the drill there and writes one of its own."""
-    from drk_lab.mini_drkernel import operator_drill
+    from drk_lab.mini_drkernel import drill_chain_span, operator_drill
 
     drill = operator_drill(spec, epilogue)
-    cut = drill.index("    v = h\n") + len("    v = h")
+    cut, _ = drill_chain_span(drill)
     whole = tokenizer(drill, add_special_tokens=False, return_offsets_mapping=True)
     return [t for t, (_, end) in zip(whole["input_ids"], whole["offset_mapping"]) if end <= cut]
 

@@ -134,8 +134,7 @@ def reads_the_task(args, settings, model_dir: Path) -> dict:
     parts = {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
              for part, split, limit in (("heldout", "heldout", settings.eval_heldout),
                                         ("seen", "train", settings.eval_seen)) if limit != 0}
-    headed = [spec for spec, _, _ in rl_rows(args, "heldout") if spec.head and chain_wanted(spec)]
-    random.Random(settings.seed).shuffle(headed)
+    headed = [spec for spec, _ in rl_items(args, "heldout", None, settings) if spec.head and chain_wanted(spec)]
     headed = headed[: settings.eval_heldout]
     if headed:
         parts["heldout_drills"] = teacher_forced_drills(model, tokenizer, headed)

@@ -231,6 +231,12 @@ def operator_drill(spec, epilogue: bool = False) -> str:
     return "".join(f"        {line}\n" for line in forward_lines(spec)) + "".join(f"    {line}\n" for line in kernel)
 
 
+def drill_chain_span(drill: str) -> tuple[int, int]:
+    """Where a drill's chain lies, in characters: from the end of the kernel's `v = h` (the line ends
+    after it) to the start of its store line."""
+    return drill.index("    v = h\n") + len("    v = h"), drill.index("    tl.store")
+
+
 # -- tokenizer and model ---------------------------------------------------------------------------
 def build_tokenizer(settings: MiniSettings, sft_texts: list[str], prompt_texts: list[str]):
     """A byte-level BPE with the ChatML template (drk_lab.tiny_model), trained on the SFT conversations
@@ -293,7 +299,7 @@ def teacher_forced_drills(model, tokenizer, specs, epilogue: bool = False) -> di
     spans = []
     for spec in specs:
         drill = operator_drill(spec, epilogue)
-        start, end = drill.index("    v = h\n") + len("    v = h"), drill.index("    tl.store")
+        start, end = drill_chain_span(drill)
         encoded = tokenizer(drill, add_special_tokens=False, return_offsets_mapping=True)
         chain = [i for i, (first, _) in enumerate(encoded["offset_mapping"]) if start <= first < end]
         spans.append((encoded["input_ids"], chain[0], chain[-1] + 1))
