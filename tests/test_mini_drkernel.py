@@ -827,7 +827,8 @@ def test_second_reply_answers_recorded_first_turns_with_another_model(smoke, tmp
     headed = [(spec, task) for spec, task, _ in read_rl_tasks(rl_data, split="heldout")
               if spec.head and len(chain_wanted(spec)) >= 2][:3]
     (a, task_a), (b, task_b), (c, task_c) = headed
-    assert chain_wanted(a) not in (chain_wanted(b), chain_wanted(c)) and chain_written(solution(a, 1)) == chain_wanted(a)
+    assert chain_wanted(a) not in (chain_wanted(b), chain_wanted(c))
+    assert chain_written(solution(a, 1)) == chain_wanted(a)
 
     def turn(i, code, feedback):
         return Turn(task="", index=i, iteration=0, context=[0] if i else [], prompt_tokens=0, prompt_chars=0,
