@@ -2,7 +2,6 @@
 must show, and is committed without outputs."""
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -16,7 +15,6 @@ ALL = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 
 def run(name: str, tmp_path: Path, **parameters) -> str:
     """Execute notebooks/<name>.ipynb with the parameters; all its outputs as one text."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / f"{name}.out.ipynb"
     papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters=parameters,
                                kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False)
@@ -102,14 +100,7 @@ def test_policy_over_a_task_set(tmp_path):
 
 
 def test_mini_drkernel(tmp_path):
-    # five runs of the notebook, each on other recorded results, two at a time: each is mostly one process
-    runs = {"default": {}, "carried": {"run": "data/runs/mini_h200_carried_trloo"},
-            "fifth": {"run": "data/runs/mini_h200_drills"}, "smoke": {"run": "data/runs/mini_cpu_smoke"},
-            "sft_only": {"run": "data/runs/mini_h100_pretrain2000"}}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(run, "06_mini_drkernel", tmp_path / name, figure_name=str(tmp_path / name),
-                                     **parameters) for name, parameters in runs.items()}
-    text, carried, fifth, smoke, sft_only = (futures[name].result() for name in runs)
+    text = run("06_mini_drkernel", tmp_path, figure_name=str(tmp_path / "mini"))
     assert "rl_trloo" in text and "heldout_stts" in text  # RL and STTS rows
     assert "chain_right" in text and "chain_kept" in text and "hacks_per_100_evaluations" in text
     assert "exact_share" in text and "token_accuracy" in text  # reads_the_task after pretraining and SFT
@@ -133,13 +124,19 @@ def test_mini_drkernel(tmp_path):
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert "no held-out probes during RL" in text  # the fifteenth run had none
     assert "no counts by kind of task" in text  # nor counts by kind
-    assert (tmp_path / "default_curves.html").exists()
+    assert (tmp_path / "mini_curves.html").exists()
+    carried = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_carried_trloo",
+                  figure_name=str(tmp_path / "carried"))
     assert "<td>rl_trloo_long</td>\n      <td>rl_trloo_long_step16</td>" in carried  # the end against step 16
     assert "<td>trloo_long</td>\n      <td>30</td>" in carried  # the held-out probe that caught the collapse
     # by kind: the held-out level-1 means, which no checkpoint solved
     assert "<td>L1 mean</td>\n      <td>21</td>\n      <td>0</td>" in carried
+    fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
+    smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
     assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
     # a run that stopped after its evaluation after SFT: its tables, no curves to draw
+    sft_only = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h100_pretrain2000",
+                   figure_name=str(tmp_path / "sft_only"))
     assert "no RL runs to draw" in sft_only and "<td>L2 conv</td>\n      <td>83</td>\n      <td>67</td>" in sft_only
     assert (tmp_path / "sft_only_outcomes.html").exists() and not (tmp_path / "sft_only_curves.html").exists()
