@@ -316,8 +316,8 @@ def _check_untrained_messages(trainer, dataset) -> None:
     """An assistant message marked "train": False (a repair row's planted bug, drk_lab.data.bugs) must get no
     loss, which only a chat template that leaves it out of its {% generation %} block gives. Checked on the
     first such row among the trainer's own rows (TRL drops those truncation leaves untrained, shifting positions)."""
-    rows = trainer.train_dataset  # TRL 1.x keeps the messages; where a TRL drops them, positions must do
-    messages_of = rows["messages"] if "messages" in rows.column_names else dataset["messages"]
+    rows = trainer.train_dataset  # TRL 1.x keeps the messages; without them, positions hold only if none was dropped
+    messages_of = rows["messages"] if "messages" in rows.column_names else dataset["messages"] if len(rows) == len(dataset) else []
     marked = next((i for i, ms in enumerate(messages_of) if any(m.get("train") is False for m in ms)), None)
     if marked is None:
         return
