@@ -114,9 +114,11 @@ fill() {  # a phase that does not fit: spend what is left on RL steps instead of
   done
 }
 
-[ -f $run/init/config.json ] || phase 60 --phase tokenizer "$@"
-[ -f $run/pretrain/config.json ] || limited pretrain 90 "$@"
-[ -f $run/sft/config.json ] || limited sft 90 "$@"
+if [ ! -f $run/sft/config.json ]; then  # a carried run (bench/mini_carry.sh) has the SFT model and no pretrained one
+  [ -f $run/init/config.json ] || phase 60 --phase tokenizer "$@"
+  [ -f $run/pretrain/config.json ] || limited pretrain 90 "$@"
+  limited sft 90 "$@"
+fi
 [ -f $run/eval_sft.json ] || phase "${EVAL_SECONDS:-240}" --phase eval --checkpoint sft "$@"
 rl_done $tag || rl trloo $tag "$@"
 [ -f $run/eval_rl_$tag.json ] || phase "$(evaluation_seconds 200)" --phase eval --checkpoint rl_$tag "$@"
