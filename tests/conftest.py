@@ -5,10 +5,17 @@ import tempfile
 
 import pytest
 
-# Baselines and Triton's cache go to a private folder, never the user's ~/.cache.
-os.environ.setdefault("DRK_CACHE_DIR", tempfile.mkdtemp(prefix="drk_test_cache_"))
-# Workers' folders too (tests check that each is removed): other runs on the machine cannot mix in.
-os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="drk_test_tmp_")
+# Baselines and Triton's cache go to a private folder, never the user's ~/.cache; a pytest-xdist worker
+# makes its own rather than share the controller's (tests fill the cache and read it back).
+cache = os.environ.get("DRK_CACHE_DIR")
+if cache is None or os.path.basename(cache).startswith("drk_test_cache_"):
+    os.environ["DRK_CACHE_DIR"] = tempfile.mkdtemp(prefix="drk_test_cache_")
+# Workers' folders too (tests check that each is removed): other runs on the machine cannot mix in. An
+# xdist worker inherits the controller's folder and makes its own beside it, not inside: Ray's socket paths
+# under a nested folder pass the 107 bytes an AF_UNIX path may have.
+inherited = os.environ.get("TMPDIR", "")
+beside = os.path.dirname(inherited) if os.path.basename(inherited).startswith("drk_test_tmp_") else None
+os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="drk_test_tmp_", dir=beside)
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
 
