@@ -637,6 +637,33 @@ def test_a_call_meant_to_continue_a_run_stops_on_a_fresh_machine(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_carried_sft_run_goes_on_from_the_sft_model(smoke, tmp_path):
+    """bench/mini_device.sh on a carried run that holds the SFT model but no pretrained one (what
+    bench/mini_carry.sh carries) starts at the evaluation after SFT: no tokenizer or pretraining phase
+    runs again. The budget leaves no time for RL after it, so the call stops there."""
+    root = tmp_path / "repo"
+    (root / "bench").mkdir(parents=True)
+    for name in ("mini_device.sh", "mini_drkernel.py"):
+        shutil.copy(REPO / "bench" / name, root / "bench")
+    for name in ("drk_lab", "data"):
+        (root / name).symlink_to(REPO / name)
+    run_dir = root / "runs" / "mini"
+    shutil.copytree(smoke / "run" / "sft", run_dir / "sft")
+    shutil.copytree(smoke / "run" / "init", run_dir / "init", ignore=shutil.ignore_patterns("*.safetensors"))
+    shutil.copy(smoke / "run" / "settings.json", run_dir)
+    env = {**os.environ, "CONTINUE": "1", "EVAL_SECONDS": "1", "OUT": str(tmp_path / "out"), "TQDM_DISABLE": "1",
+           "CUDA_VISIBLE_DEVICES": "", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(["bash", str(root / "bench" / "mini_device.sh"), "175", "--smoke", "--set", "eval_seen=0",
+                           "--set", "eval_builtin_levels=()", "--set", "stts_tasks=0"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    phases = [line for line in done.stdout.splitlines() if line.startswith("== --phase")]  # the script's own lines
+    assert len(phases) == 1 and phases[0].startswith("== --phase eval --checkpoint sft"), done.stdout
+    assert "stopped:" in done.stdout and (run_dir / "eval_sft.json").exists()
+    assert not (run_dir / "pretrain").exists() and not (run_dir / "tokenizer.json").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (("--phase", "bogus"), "unknown phase 'bogus'"),
     (("--set", "nope=1"), "--set 'nope=1'"),
