@@ -16,9 +16,11 @@
 #                                    # after RL in two calls of one machine (on an H100, 2026-12-05)
 #   DRK_CAP_ATOL_BY_RMS=0 CONTINUE=1 bash bench/mini_device.sh 585 ...   # an arm begun before the tolerance cap
 #                                    # (2026-12-04) goes on under the rule it began with (docs/flow.md)
+#   EVAL_TEMPERATURES="1.0" ABLATION=none bash bench/mini_device.sh 585 ...   # SFT and the arm also sampled at 1
+#   ABLATION=none bash bench/mini_device.sh 585 --set rl_temperature=0.7   # rollouts at the evaluation's temperature
 #   EVAL_SECONDS=330 ABLATION=none bash bench/mini_device.sh 570 --set hidden_size=768 ...   # a larger model:
 #                                    # its first evaluation needs more than the default model's 240 s
-# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo, rl (the ablation: GRPO unless ABLATION
+# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo (then at EVAL_TEMPERATURES), rl (the ablation: GRPO unless ABLATION
 # says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
 # not fit in what is left of a call gives that time to RL steps instead. Pretraining, SFT and RL stop before
 # a step that would pass the call's end, keeping their state, and resume next call (so a model whose
@@ -127,6 +129,15 @@ for snapshot in $run/rl_${tag}_step*/model; do  # --set rl_snapshot_step=N: the 
   name=$(basename "$(dirname "$snapshot")")
   [ -f $run/eval_$name.json ] || phase 110 --phase eval --checkpoint $name --set stts_tasks=0 \
     --set "eval_builtin_levels=()" "$@"
+done
+# the SFT model and the arm sampled at other temperatures too (EVAL_TEMPERATURES="1.0"), held-out and seen
+# tasks, each paired with the SFT model at its temperature: eval_sft_t1.json, eval_rl_<tag>_t1.json
+for temperature in ${EVAL_TEMPERATURES:-}; do
+  for checkpoint in sft rl_$tag; do
+    label=$(python3 -c "print('${checkpoint}_t%g' % float('$temperature'))")
+    [ -f $run/eval_$label.json ] || phase 130 --phase eval --checkpoint $checkpoint --set stts_tasks=0 \
+      --set "eval_builtin_levels=()" "$@" --set eval_temperature=$temperature
+  done
 done
 if [ "$ablation" != none ]; then
   rl_done $ablation || rl $ablation $ablation "$@"

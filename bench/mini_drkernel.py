@@ -58,6 +58,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -371,7 +372,7 @@ def phase_rl(args, settings, out: Path) -> dict:
         generation_batch_size=4096,
         micro_batch_size=settings.micro_batch_size, mini_batches=settings.mini_batches, lr=settings.rl_lr,
         kl_coef=settings.rl_kl_coef, advantage=settings.advantage, prs=settings.prs, mrs=settings.mrs,
-        eval_kwargs=eval_kwargs(settings),
+        temperature=settings.rl_temperature, eval_kwargs=eval_kwargs(settings),
         log_dir=str(folder / "log"), checkpoint_dir=str(ckpt), checkpoint_every=1, resume_from=resume,
         save_rollouts=False)
     from tqdm.auto import tqdm
@@ -454,6 +455,13 @@ def phase_rl(args, settings, out: Path) -> dict:
     return done
 
 
+def eval_label(checkpoint: str, settings: MiniSettings) -> str:
+    """An evaluation's name: the checkpoint's, with _t<T> when it samples at another temperature than the
+    default, so that evaluations at two temperatures sit side by side, each paired with its own kind."""
+    default = MiniSettings.eval_temperature
+    return Path(checkpoint).name + ("" if settings.eval_temperature == default else f"_t{settings.eval_temperature:g}")
+
+
 def phase_eval(args, settings, out: Path) -> dict:
     import torch
 
@@ -474,8 +482,8 @@ def phase_eval(args, settings, out: Path) -> dict:
     builtin = [t for level in settings.eval_builtin_levels for t in drk.builtin_tasks(level=level)]
     builtin = builtin[: settings.eval_builtin_max] if settings.eval_builtin_max else builtin
     builtin = [t.small() for t in builtin] if device_name() == "cpu" else builtin
-    label = Path(name).name
-    report = {"checkpoint": str(path)}
+    label, suffix = eval_label(name, settings), eval_label("", settings)
+    report = {"checkpoint": str(path), "temperature": settings.eval_temperature}
     # held-out, seen and built-in tasks share one batch: decoding a model this small costs per step, not per row
     batches = [(episode_schedule(settings.eval_turns), settings.eval_samples,
                 {"heldout": heldout, "seen": seen, "builtin": builtin}),
@@ -496,13 +504,15 @@ def phase_eval(args, settings, out: Path) -> dict:
             if mine:
                 write_jsonl(mine, out / f"eval_{label}_{part}.jsonl", append=False)
                 report[part] = {**summarize_evaluation(mine, specs=specs), "tasks": len(part_tasks)}
-                after_sft = out / f"eval_sft_{part}.jsonl"  # same tasks, same sampling seed
-                if label != "sft" and after_sft.exists():
+                after_sft = out / f"eval_sft{suffix}_{part}.jsonl"  # same tasks, sampling seed and temperature
+                if label != f"sft{suffix}" and after_sft.exists():
                     report[part]["paired_with_sft"] = paired_comparison(read_jsonl(after_sft), mine)
                 # and against the RL checkpoints evaluated before it (an ablation or control against TRLOO)
-                earlier = {f.name[len("eval_"):-len(f"_{part}.jsonl")]: f for f in out.glob(f"eval_rl_*_{part}.jsonl")}
+                earlier = {f.name[len("eval_"):-len(f"_{part}.jsonl")]: f for f in out.glob(f"eval_rl_*{suffix}_{part}.jsonl")}
+                if not suffix:  # those at another temperature pair among themselves
+                    earlier = {other: f for other, f in earlier.items() if not re.search(r"_t[0-9.]+$", other)}
                 earlier.pop(label, None)
-                if label != "sft" and earlier:
+                if label != f"sft{suffix}" and earlier:
                     report[part]["paired_with_rl"] = {other: paired_comparison(read_jsonl(f), mine)
                                                       for other, f in sorted(earlier.items())}
     return report
@@ -585,7 +595,7 @@ def main(argv=None) -> int:
                                                                   if (out / n).is_dir() or n == "sft"]
             for target in (targets if phase == "eval" else [None]):
                 args.checkpoint = target
-                path = out / (f"eval_{Path(target).name}.json" if target
+                path = out / (f"eval_{eval_label(target, settings)}.json" if target
                               else f"{phase}{'_' + args.tag if phase == 'rl' else ''}.json")
                 started = time.perf_counter()
                 print(f"== {phase}{' ' + target if target else ''}", flush=True)

@@ -256,10 +256,12 @@ def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: st
     names start with one of `leave_out` are not RL's effect (the shuffled-advantage controls, any seed)
     and are left out, and so is an arm's earlier point (`rl_<tag>_step<N>`: `rl_snapshot_step`, or a
     carried arm's end on an earlier machine) where the arm's end is evaluated too, which would count its
-    episodes twice; an arm whose later end was never evaluated counts with its earlier point."""
+    episodes twice; an arm whose later end was never evaluated counts with its earlier point. Evaluations
+    at another sampling temperature (`<checkpoint>_t<T>`) are the same checkpoints again and are left out."""
     def counted(row, names):
         name = row["checkpoint"]
-        return not name.startswith(leave_out) and re.sub(r"_step\d+$", "", name) not in names - {name}
+        return (not name.startswith(leave_out) and not re.search(r"_t[0-9.]+$", name)
+                and re.sub(r"_step\d+$", "", name) not in names - {name})
 
     rows = []
     for folder in sorted(Path(runs_dir).glob(pattern)):

@@ -165,6 +165,42 @@ def test_an_rl_step_with_the_static_sampler_has_no_mismatch(tiny_path, relu_smal
     assert trainer.schedule() == episode_schedule(2)
 
 
+@pytest.mark.parametrize("sampler", ["static", "loop"])
+def test_rl_at_another_temperature_records_and_scores_the_tempered_model(tiny_path, relu_small, relu_solution,
+                                                                         sampler):
+    """At temperature 0.7 the rollouts' recorded log-probs are those of softmax(logits / 0.7), sampled and
+    forced replies alike, and the trainer scores the same: MRS sees no mismatch. Scored raw (the trainer
+    before this setting), the same tokens are far off."""
+    from drk_lab.rl.rollout import solution_replies
+
+    trainer = RLTrainer(str(tiny_path), [relu_small], samples=2, turns=2, max_new_tokens=8, sampler=sampler,
+                        temperature=0.7, eval_kwargs={"device": "cpu", "correctness_trials": 1}, lr=1e-4,
+                        force_responses=solution_replies([relu_small]))
+    rollout = trainer.rollout(0)
+    turns = [turn for episode in rollout.tokens for turn in episode]
+    assert any(turn.forced for turn in turns) and any(not turn.forced for turn in turns)
+    model = trainer.model.eval()
+    for turn in turns:
+        ids = turn.prompt_ids + turn.completion_ids
+        rows = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                "position_ids": torch.arange(len(ids))[None]}
+        with torch.no_grad():
+            tempered = sequence_logprobs(model, rows, temperature=0.7)[0, len(turn.prompt_ids):]
+        raw = trainer_logprobs(model, ids)[len(turn.prompt_ids):]
+        recorded = torch.tensor(turn.logprobs)
+        assert torch.allclose(recorded, tempered, atol=1e-4), (recorded - tempered).abs().max()
+        assert (recorded - raw).abs().max() > 1e-2
+    row = trainer.step()
+    assert row["mrs/rejected_frac"] == 0.0 and row["mrs/log_ratio_abs_max"] < 1e-4
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0.0}, {"temperature": 0.7, "top_p": 0.9},
+                                      {"temperature": 0.7, "top_k": 20}])
+def test_rl_refuses_sampling_the_trainer_cannot_score(tiny_path, relu_small, sampling):
+    with pytest.raises(ValueError, match="temperature"):
+        RLTrainer(str(tiny_path), [relu_small], samples=2, **sampling)
+
+
 @pytest.mark.gpu
 def test_gpu_speed_of_a_30m_model():
     from transformers import AutoModelForCausalLM

@@ -105,7 +105,7 @@ def encode(tokenizer, text: str) -> list[int]:
 class TurnTokens:
     prompt_ids: list[int]  # exactly what the model was given for this turn
     completion_ids: list[int]  # exactly what it produced (stop token included when sampled)
-    logprobs: list[float]  # rollout log-probabilities of completion_ids (raw model, temperature 1)
+    logprobs: list[float]  # rollout log-probabilities of completion_ids under the model at the sampling temperature
     glue_ids: list[int] | None = None  # environment tokens after the reply up to the next generation prompt
     forced: bool = False  # the reply was supplied by force_responses, not sampled
 
@@ -135,8 +135,9 @@ class TokenEpisode(Episode):
 
 
 @torch.no_grad()
-def score_completion(model, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
-    """Raw log-probabilities of completion_ids after prompt_ids, from one teacher-forced forward pass."""
+def score_completion(model, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
+    """Log-probabilities of completion_ids after prompt_ids under the model at `temperature` (1: raw), from
+    one teacher-forced forward pass."""
     device = next(model.parameters()).device
     ids = torch.tensor([prompt_ids + completion_ids], device=device)
     was_training = model.training
@@ -146,14 +147,15 @@ def score_completion(model, prompt_ids: list[int], completion_ids: list[int]) ->
     finally:
         model.train(was_training)
     targets = torch.tensor(completion_ids, device=device)[:, None]
-    return torch.log_softmax(logits, -1).gather(-1, targets).squeeze(-1).tolist()
+    return torch.log_softmax(logits / temperature, -1).gather(-1, targets).squeeze(-1).tolist()
 
 
-def forced_completion(policy: TransformersPolicy, prompt_ids: list[int], text: str) -> Completion:
+def forced_completion(policy: TransformersPolicy, prompt_ids: list[int], text: str,
+                      temperature: float = 1.0) -> Completion:
     tokenizer = policy.tokenizer
     stop = tokenizer.eos_token_id if tokenizer.eos_token_id in policy.stop_token_ids else policy.stop_token_ids[0]
     ids = encode(tokenizer, text) + [stop]
-    return Completion(text=text, token_ids=ids, logprobs=score_completion(policy.model, prompt_ids, ids),
+    return Completion(text=text, token_ids=ids, logprobs=score_completion(policy.model, prompt_ids, ids, temperature),
                       finish_reason="stop", extra={"forced": True})
 
 
@@ -166,6 +168,9 @@ class TokenTurns:
         self.policy, self.sampling, self.seed = policy, sampling, seed
         self.max_context_tokens, self.force_responses, self.stats = max_context_tokens, force_responses, stats
         self.max_new = int(sampling.get("max_new_tokens", sampling.get("max_tokens", policy.max_new_tokens)))
+        # away from 1 the record keeps the sampled distribution's log-probs (the policies' sampling_logprobs:
+        # softmax(logits / T), RLSettings allows no truncation then), which the trainer scores alike
+        self.temperature = float(sampling.get("temperature", 1.0))
         self.stop_text = {i: policy.tokenizer.decode([i]) for i in policy.stop_token_ids}
 
     def admit(self, e: TokenEpisode, index: int) -> bool:
@@ -185,7 +190,7 @@ class TokenTurns:
             for k, e in enumerate(live):
                 text = self.force_responses(e.env.task, e.trajectory.sample, index)
                 if text is not None:
-                    completions[k] = forced_completion(self.policy, prompts[k], text)
+                    completions[k] = forced_completion(self.policy, prompts[k], text, self.temperature)
                     self.stats["forced_replies"] += 1
         sampled = [c for c in completions if not c.extra.get("forced")]
         self.stats["generated_tokens"] += sum(len(c.token_ids) for c in sampled)
@@ -201,8 +206,9 @@ class TokenTurns:
             glue = encode(self.policy.tokenizer, feedback_glue(
                 self.policy.tokenizer, e.trajectory.turns[-1].feedback, self.policy.chat_template_kwargs,
                 self.stop_text.get(completion.token_ids[-1]) if ended else None))
-        e.tokens.append(TurnTokens(e.prompt(), list(completion.token_ids), list(completion.logprobs), glue,
-                                   bool(completion.extra.get("forced"))))
+        forced = bool(completion.extra.get("forced"))
+        logprobs = completion.logprobs if self.temperature == 1 or forced else completion.extra["sampling_logprobs"]
+        e.tokens.append(TurnTokens(e.prompt(), list(completion.token_ids), list(logprobs), glue, forced))
 
 
 def tasks_of_step(tasks: list, step: int, per_step: int, seed: int, shuffle: bool = True) -> list:

@@ -26,7 +26,7 @@ class RLSettings:
     context_strategy: str = "last_k"
     stts: dict | None = None  # {"max_user_turns", "remain_turns", "iterations", ...} instead of turns
     reward_fn: str = "drkernel"
-    temperature: float = 1.0
+    temperature: float = 1.0  # of the rollouts; the trainer scores the same tempered model (rl/logprobs.py)
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 512

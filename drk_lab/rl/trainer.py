@@ -7,9 +7,10 @@ Settings are one frozen RLSettings (rl/settings.py), given whole or as keyword a
 names; `trainer.settings` holds them (saved in each checkpoint's trainer.json and given to the run log
 and wandb as the run's config).
 
-One step: rollouts (collect_rollouts: the model itself, unwrapped, samples at temperature 1 against
+One step: rollouts (collect_rollouts: the model itself, unwrapped, samples at `temperature` against
 KernelEnv; evaluations run concurrently) -> token batch -> log-probs recomputed by the trained model
-(no gradient) -> MRS rejects trajectories whose rollout log-probs drifted -> PRS rejects lazy turns
+(no gradient; like every log-prob here, of the model at that temperature: the policy that sampled)
+-> MRS rejects trajectories whose rollout log-probs drifted -> PRS rejects lazy turns
 -> turn-level TRLOO (or multi-turn GRPO) advantages over the valid turns, spread onto each turn's
 model tokens -> clipped-ratio loss (rl/loss.py; with kl_coef, plus a KL penalty towards the starting
 model, whose log-probs a frozen copy computes) in micro-batches -> gradient clip -> AdamW step and
@@ -128,6 +129,10 @@ class RLTrainer:
                 and AcceleratorState().mixed_precision != s.mixed_precision):
             AcceleratorState._reset_state()
         self.accelerator = accelerator or Accelerator(mixed_precision=s.mixed_precision)
+        if s.temperature <= 0 or (s.temperature != 1 and (s.top_p < 1 or s.top_k)):
+            # the trainer scores softmax(logits / T): a truncated or greedy sampler draws from another policy
+            raise ValueError(f"temperature={s.temperature} with top_p={s.top_p}, top_k={s.top_k}: RL samples at a "
+                             "temperature above 0, and away from 1 without top-p or top-k truncation")
         if s.prompts_per_step < self.accelerator.num_processes:
             raise ValueError(f"prompts_per_step={s.prompts_per_step} is fewer than the "
                              f"{self.accelerator.num_processes} processes")
@@ -244,7 +249,8 @@ class RLTrainer:
         """The trained model's (or `model`'s: the reference) log-probabilities of the batch's tokens, without
         gradient ([N, L], on CPU)."""
         return batch_logprobs(self.model if model is None else model, batch, micro_batch_size=self.settings.micro_batch_size,
-                              device=self.accelerator.device, autocast=self.accelerator.autocast)
+                              device=self.accelerator.device, autocast=self.accelerator.autocast,
+                              temperature=self.settings.temperature)
 
     def select(self, batch: SequenceBatch, old_logp: torch.Tensor, step: int) -> tuple[torch.Tensor, dict]:
         """valid[B, T]: turns that exist, in trajectories MRS keeps, not rejected by PRS; and their metrics."""
@@ -305,7 +311,8 @@ class RLTrainer:
                 # gradients are all-reduced on the last micro-batch only
                 with acc.no_sync(self.model) if i < len(micro) - 1 else contextlib.nullcontext():
                     with acc.autocast():
-                        logp, entropy = sequence_logprobs(self.model, rows, entropy=True)
+                        logp, entropy = sequence_logprobs(self.model, rows, entropy=True,
+                                                          temperature=self.settings.temperature)
                         loss, m = clipped_policy_loss(
                             logp, old_logp[index][:, cut].to(acc.device), token_adv[index][:, cut].to(acc.device),
                             mask, eps_low=self.settings.eps_low, eps_high=self.settings.eps_high, dual_clip=self.settings.dual_clip,
