@@ -9,7 +9,8 @@ replies fail mostly by computing the wrong operators. This check asks whether th
 teach reading that carries to unseen combinations, where nothing else is in the way. A drill model (as in
 bench/drill_learnability.py, with fewer pretraining steps, so that it writes only part of the chains
 right) is the starting point. Each RL step takes `--prompts` train-side tasks never seen in pretraining,
-samples `--samples` completions of each drill prompt at temperature 1, and rewards a completion 1 when it
+samples `--samples` completions of each drill prompt at `--temperature` (1; the loss then scores the model at
+the same temperature, as the trainer does), and rewards a completion 1 when it
 writes the task's chain exactly (kernels_rows.chain_written against chain_wanted), else 0. The update uses
 the project's own pieces: rl/sampler.py's sample_tokens, rl/advantages.py (with one turn, TRLOO is the
 leave-one-out baseline over a group's samples) and rl/loss.py's clipped loss, in `--updates`
@@ -96,7 +97,7 @@ def rl_step(model, optimizer, tokenizer, arm: str, specs, prompts, args, generat
     model.eval()
     rep_specs = [s for s in specs for _ in range(args.samples)]
     rep_prompts = [p for p in prompts for _ in range(args.samples)]
-    replies = completions(model, tokenizer, rep_prompts, args.max_new, 1.0, generator)
+    replies = completions(model, tokenizer, rep_prompts, args.max_new, args.temperature, generator)
     rewards = torch.tensor([[float(chain_right(tokenizer, s, r))] for s, r in zip(rep_specs, replies)])
     group = torch.arange(len(specs)).repeat_interleave(args.samples)
     valid = torch.ones_like(rewards, dtype=torch.bool)
@@ -109,12 +110,13 @@ def rl_step(model, optimizer, tokenizer, arm: str, specs, prompts, args, generat
         replies = [t[len(p):] for t, p in zip(teacher, rep_prompts)]  # drill_prompt is a token prefix of the drill
     rows, trained = token_rows(rep_prompts, replies, tokenizer.pad_token_id)
     with torch.no_grad():
-        old_logp = sequence_logprobs(model, rows)
+        old_logp = sequence_logprobs(model, rows, temperature=args.temperature)
     model.train()
     order = torch.randperm(len(replies), generator=generator)
     for index in order.chunk(args.updates):
         part = {k: v[index] for k, v in rows.items()}
-        logp = sequence_logprobs(model, part)
+        # the policy that sampled is the tempered model; the supervised arm's loss is the raw model's
+        logp = sequence_logprobs(model, part, temperature=1.0 if arm == "supervised" else args.temperature)
         if arm == "supervised":
             loss = -(logp * trained[index]).sum() / trained[index].sum()
         else:
@@ -187,6 +189,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=8, help="completions per task")
     p.add_argument("--updates", type=int, default=4, help="optimizer steps (mini-batches) per RL step")
     p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--temperature", type=float, default=1.0, help="of the rollouts (the scores stay greedy)")
     p.add_argument("--max-new", type=int, default=160)
     p.add_argument("--chains", type=int, default=200, help="tasks per score (held-out, train-side)")
     p.add_argument("--score-every", type=int, default=50)
