@@ -20,22 +20,22 @@
 #   ABLATION=none bash bench/mini_device.sh 585 --set rl_temperature=0.7   # rollouts at the evaluation's temperature
 #   EVAL_SECONDS=330 ABLATION=none bash bench/mini_device.sh 570 --set hidden_size=768 ...   # a larger model:
 #                                    # its first evaluation needs more than the default model's 240 s
-# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo (then at EVAL_TEMPERATURES), rl (the ablation: GRPO unless ABLATION
-# says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>, genbench. A phase that does
-# not fit in what is left of a call gives that time to RL steps instead. Pretraining, SFT and RL stop before
-# a step that would pass the call's end, keeping their state, and resume next call (so a model whose
-# pretraining or SFT is longer than a call still fits); an RL phase is finished once its steps have used
-# rl_budget_s, so the evaluation after it can follow in the same call. Later evaluations need what the one
-# after SFT took (the run's own measure), with a margin. The machine goes back 30 s after a
-# call ends: make the calls back to back (a call on a fresh machine starts the run over).
+# Order: tokenizer, pretrain, sft, eval sft, rl (TRLOO), eval rl_trloo (then at EVAL_TEMPERATURES), rl (the
+# ablation: GRPO unless ABLATION says otherwise, on the same rl_budget_s of step seconds), eval rl_<ablation>,
+# genbench. A phase that does not fit in what is left of a call gives that time to RL steps instead.
+# Pretraining, SFT and RL stop before a step that would pass the call's end, keeping their state, and resume
+# next call (so a model whose pretraining or SFT is longer than a call still fits); an RL phase is finished
+# once its steps have used rl_budget_s, so the evaluation after it can follow in the same call. Later
+# evaluations need what the one after SFT took (the run's own measure), with a margin. The machine goes back
+# 30 s after a call ends: make the calls back to back (a call on a fresh machine starts the run over).
 # bench/mini_carry.sh carries runs/mini to a later machine, where an RL arm resumes with a larger rl_budget_s.
 # Small results come back as $OUT/mini.tgz (JSON, JSONL, the log), the evaluations' trajectories as
-# $OUT/trajectories.tar.xz, and the baselines measured so far as
-# $OUT/baselines.tgz: unpacked into .cache/ here and carried (.cache/baselines and .cache/copy_bandwidth.json
-# beside .whl), they spare the evaluations measuring the eager baselines of their tasks again (about 85 s of
-# each evaluation's 150-220 s on the H200; bench/mini_drkernel.py --phase baselines measures those of RL's
-# first steps and the evaluations ahead). The run's cache is runs/cache, filled from the carried .cache
-# on every call: a carried path replaces the machine's copy, which would lose what earlier calls measured.
+# $OUT/trajectories.tar.xz, and the baselines measured so far as $OUT/baselines.tgz: unpacked into .cache/
+# here and carried (.cache/baselines and .cache/copy_bandwidth.json beside .whl), they spare the evaluations
+# measuring the eager baselines of their tasks again (about 85 s of each evaluation's 150-220 s on the H200;
+# bench/mini_drkernel.py --phase baselines measures those of RL's first steps and the evaluations ahead). The
+# run's cache is runs/cache, filled from the carried .cache on every call: a carried path replaces the
+# machine's copy, which would lose what earlier calls measured.
 set -u
 budget=${1:?usage: bench/mini_device.sh BUDGET_SECONDS [--set NAME=VALUE ...]}
 shift
@@ -131,10 +131,10 @@ for snapshot in $run/rl_${tag}_step*/model; do  # --set rl_snapshot_step=N: the 
     --set "eval_builtin_levels=()" "$@"
 done
 # the SFT model and the arm sampled at other temperatures too (EVAL_TEMPERATURES="1.0"), held-out and seen
-# tasks, each paired with the SFT model at its temperature: eval_sft_t1.json, eval_rl_<tag>_t1.json
+# tasks, each paired with the SFT model at its temperature: eval_sft_temp1.json, eval_rl_<tag>_temp1.json
 for temperature in ${EVAL_TEMPERATURES:-}; do
   for checkpoint in sft rl_$tag; do
-    label=$(python3 -c "print('${checkpoint}_t%g' % float('$temperature'))")
+    label=$(python3 -c "print('${checkpoint}_temp%g' % float('$temperature'))")
     [ -f $run/eval_$label.json ] || phase 130 --phase eval --checkpoint $checkpoint --set stts_tasks=0 \
       --set "eval_builtin_levels=()" "$@" --set eval_temperature=$temperature
   done

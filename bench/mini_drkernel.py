@@ -456,10 +456,10 @@ def phase_rl(args, settings, out: Path) -> dict:
 
 
 def eval_label(checkpoint: str, settings: MiniSettings) -> str:
-    """An evaluation's name: the checkpoint's, with _t<T> when it samples at another temperature than the
+    """An evaluation's name: the checkpoint's, with _temp<T> when it samples at another temperature than the
     default, so that evaluations at two temperatures sit side by side, each paired with its own kind."""
-    default = MiniSettings.eval_temperature
-    return Path(checkpoint).name + ("" if settings.eval_temperature == default else f"_t{settings.eval_temperature:g}")
+    temperature = settings.eval_temperature
+    return Path(checkpoint).name + ("" if temperature == MiniSettings.eval_temperature else f"_temp{temperature:g}")
 
 
 def phase_eval(args, settings, out: Path) -> dict:
@@ -508,9 +508,10 @@ def phase_eval(args, settings, out: Path) -> dict:
                 if label != f"sft{suffix}" and after_sft.exists():
                     report[part]["paired_with_sft"] = paired_comparison(read_jsonl(after_sft), mine)
                 # and against the RL checkpoints evaluated before it (an ablation or control against TRLOO)
-                earlier = {f.name[len("eval_"):-len(f"_{part}.jsonl")]: f for f in out.glob(f"eval_rl_*{suffix}_{part}.jsonl")}
+                earlier = {f.name[len("eval_"):-len(f"_{part}.jsonl")]: f
+                           for f in out.glob(f"eval_rl_*{suffix}_{part}.jsonl")}
                 if not suffix:  # those at another temperature pair among themselves
-                    earlier = {other: f for other, f in earlier.items() if not re.search(r"_t[0-9.]+$", other)}
+                    earlier = {other: f for other, f in earlier.items() if not re.search(r"_temp[0-9.]+$", other)}
                 earlier.pop(label, None)
                 if label != f"sft{suffix}" and earlier:
                     report[part]["paired_with_rl"] = {other: paired_comparison(read_jsonl(f), mine)

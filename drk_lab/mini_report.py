@@ -257,10 +257,10 @@ def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: st
     and are left out, and so is an arm's earlier point (`rl_<tag>_step<N>`: `rl_snapshot_step`, or a
     carried arm's end on an earlier machine) where the arm's end is evaluated too, which would count its
     episodes twice; an arm whose later end was never evaluated counts with its earlier point. Evaluations
-    at another sampling temperature (`<checkpoint>_t<T>`) are the same checkpoints again and are left out."""
+    at another sampling temperature (`<checkpoint>_temp<T>`) are the same checkpoints again and are left out."""
     def counted(row, names):
         name = row["checkpoint"]
-        return (not name.startswith(leave_out) and not re.search(r"_t[0-9.]+$", name)
+        return (not name.startswith(leave_out) and not re.search(r"_temp[0-9.]+$", name)
                 and re.sub(r"_step\d+$", "", name) not in names - {name})
 
     rows = []

@@ -527,7 +527,7 @@ def test_rl_stops_on_its_budget_across_calls(smoke):
 
 def test_rollouts_and_evaluations_at_another_temperature(smoke):
     """rl_temperature reaches the trainer (its rollouts scored at that temperature: no mismatch);
-    eval_temperature away from the default names the evaluation <checkpoint>_t<T> and pairs it with the
+    eval_temperature away from the default names the evaluation <checkpoint>_temp<T> and pairs it with the
     SFT model's evaluation at the same temperature, leaving those at the default as they were; the table
     over runs counts each arm once."""
     from drk_lab.agent.trajectory import read_jsonl
@@ -535,26 +535,26 @@ def test_rollouts_and_evaluations_at_another_temperature(smoke):
     from drk_lab.rl.runlog import read_log
 
     run_dir = smoke / "run"
-    run("--smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_t07", "--set", "rl_temperature=0.7")
-    (row,) = read_log(run_dir / "rl_trloo_t07" / "log")
+    run("--smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_07", "--set", "rl_temperature=0.7")
+    (row,) = read_log(run_dir / "rl_trloo_07" / "log")
     assert row["mrs/log_ratio_abs_max"] < 1e-3 and row["generated_tokens"] > 0
-    (trainer_json,) = (run_dir / "rl_trloo_t07" / "ckpt").glob("step_*/trainer.json")
+    (trainer_json,) = (run_dir / "rl_trloo_07" / "ckpt").glob("step_*/trainer.json")
     assert read(trainer_json)["settings"]["temperature"] == 0.7
     before = (run_dir / "eval_sft.json").read_text()
     for checkpoint in ("sft", "rl_trloo"):
         run("--smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", checkpoint, "--set", "stts_tasks=0",
             "--set", "eval_builtin_levels=()", "--set", "eval_temperature=1.0")
     assert (run_dir / "eval_sft.json").read_text() == before and read(run_dir / "eval_sft.json")["temperature"] == 0.7
-    sft_t1, rl_t1 = read(run_dir / "eval_sft_t1.json"), read(run_dir / "eval_rl_trloo_t1.json")
+    sft_t1, rl_t1 = read(run_dir / "eval_sft_temp1.json"), read(run_dir / "eval_rl_trloo_temp1.json")
     assert sft_t1["temperature"] == rl_t1["temperature"] == 1.0 and "paired_with_sft" not in sft_t1["heldout"]
     assert rl_t1["heldout"]["paired_with_sft"] == paired_comparison(
-        read_jsonl(run_dir / "eval_sft_t1_heldout.jsonl"), read_jsonl(run_dir / "eval_rl_trloo_t1_heldout.jsonl"))
+        read_jsonl(run_dir / "eval_sft_temp1_heldout.jsonl"), read_jsonl(run_dir / "eval_rl_trloo_temp1_heldout.jsonl"))
     assert "paired_with_rl" not in rl_t1["heldout"]  # the arms evaluated at 0.7 are not its kind
     first_reply = {name: [t.turns[0].response for t in read_jsonl(run_dir / f"eval_{name}_heldout.jsonl")]
-                   for name in ("sft", "sft_t1")}
-    assert first_reply["sft"] != first_reply["sft_t1"]  # the temperature reached the sampler
+                   for name in ("sft", "sft_temp1")}
+    assert first_reply["sft"] != first_reply["sft_temp1"]  # the temperature reached the sampler
     checkpoints = [row["checkpoint"] for row in paired_rows_of_runs(smoke, pattern="run")]
-    assert "run/rl_trloo" in checkpoints and not any(name.endswith("_t1") for name in checkpoints)
+    assert "run/rl_trloo" in checkpoints and not any(name.endswith("_temp1") for name in checkpoints)
 
 
 def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_path):
