@@ -9,12 +9,12 @@ replies fail mostly by computing the wrong operators. This check asks whether th
 teach reading that carries to unseen combinations, where nothing else is in the way. A drill model (as in
 bench/drill_learnability.py, with fewer pretraining steps, so that it writes only part of the chains
 right) is the starting point. Each RL step takes `--prompts` train-side tasks never seen in pretraining,
-samples `--samples` completions of each drill prompt at `--temperature` (1; the loss then scores the model at
-the same temperature, as the trainer does), and rewards a completion 1 when it
-writes the task's chain exactly (kernels_rows.chain_written against chain_wanted), else 0. The update uses
-the project's own pieces: rl/sampler.py's sample_tokens, rl/advantages.py (with one turn, TRLOO is the
-leave-one-out baseline over a group's samples) and rl/loss.py's clipped loss, in `--updates`
-mini-batches per step. Arms, each from the same starting model:
+samples `--samples` completions of each drill prompt at `--temperature` (1; the loss scores the model at
+the same temperature, as the trainer does), and rewards a completion 1 when it writes the task's chain
+exactly (kernels_rows.chain_written against chain_wanted), else 0. The update uses the project's own
+pieces: rl/sampler.py's sample_tokens, rl/advantages.py (with one turn, TRLOO is the leave-one-out baseline
+over a group's samples) and rl/loss.py's clipped loss, in `--updates` mini-batches per step. Arms, each
+from the same starting model:
 
 - `trloo`: the advantages as computed;
 - `shuffled_in_group`: the same values moved at random within each group (advantages.shuffled), updates

@@ -85,7 +85,7 @@ def test_an_rl_step_moves_nothing_without_a_reward_that_tells_samples_apart(dril
     settings = MiniSettings(vocab_size=1024, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
                             intermediate_size=192, max_positions=1024)
     path = build_model(tokenizer, settings, tmp_path / "init")
-    args = Namespace(samples=2, max_new=24, updates=2)
+    args = Namespace(samples=2, max_new=24, updates=2, temperature=1.0)
     prompts = [drill_prompt(tokenizer, s) for s in specs[:3]]
     for arm, moves in (("trloo", False), ("shuffled_in_group", False), ("supervised", True)):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -166,8 +166,7 @@ def test_an_rl_step_with_the_static_sampler_has_no_mismatch(tiny_path, relu_smal
 
 
 @pytest.mark.parametrize("sampler", ["static", "loop"])
-def test_rl_at_another_temperature_records_and_scores_the_tempered_model(tiny_path, relu_small, relu_solution,
-                                                                         sampler):
+def test_rl_at_another_temperature_records_and_scores_the_tempered_model(tiny_path, relu_small, sampler):
     """At temperature 0.7 the rollouts' recorded log-probs are those of softmax(logits / 0.7), sampled and
     forced replies alike, and the trainer scores the same: MRS sees no mismatch. Scored raw (the trainer
     before this setting), the same tokens are far off."""
