@@ -58,7 +58,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -468,7 +467,7 @@ def phase_eval(args, settings, out: Path) -> dict:
     import drk_lab as drk
     from drk_lab.agent.context import episode_schedule, stts_schedule
     from drk_lab.agent.trajectory import read_jsonl, write_jsonl
-    from drk_lab.mini_report import paired_comparison, summarize_evaluation
+    from drk_lab.mini_report import at_another_temperature, paired_comparison, summarize_evaluation
     from drk_lab.rl.sampler import StaticCachePolicy
 
     name = args.checkpoint
@@ -511,7 +510,7 @@ def phase_eval(args, settings, out: Path) -> dict:
                 earlier = {f.name[len("eval_"):-len(f"_{part}.jsonl")]: f
                            for f in out.glob(f"eval_rl_*{suffix}_{part}.jsonl")}
                 if not suffix:  # those at another temperature pair among themselves
-                    earlier = {other: f for other, f in earlier.items() if not re.search(r"_temp[0-9.]+$", other)}
+                    earlier = {other: f for other, f in earlier.items() if not at_another_temperature(other)}
                 earlier.pop(label, None)
                 if label != f"sft{suffix}" and earlier:
                     report[part]["paired_with_rl"] = {other: paired_comparison(read_jsonl(f), mine)

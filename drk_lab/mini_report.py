@@ -247,6 +247,12 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
     return rows
 
 
+def at_another_temperature(name: str) -> bool:
+    """Whether an evaluation's name is `<checkpoint>_temp<T>`: that checkpoint sampled at another temperature
+    than the evaluation's default (bench/mini_drkernel.py names them so)."""
+    return re.search(r"_temp[0-9.]+$", name) is not None
+
+
 def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*",
                         leave_out: tuple[str, ...] = ("rl_shuffled",)) -> list[dict]:
     """paired_rows of every run folder in `runs_dir` matching `pattern` that has them (checkpoint named
@@ -260,7 +266,7 @@ def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: st
     at another sampling temperature (`<checkpoint>_temp<T>`) are the same checkpoints again and are left out."""
     def counted(row, names):
         name = row["checkpoint"]
-        return (not name.startswith(leave_out) and not re.search(r"_temp[0-9.]+$", name)
+        return (not name.startswith(leave_out) and not at_another_temperature(name)
                 and re.sub(r"_step\d+$", "", name) not in names - {name})
 
     rows = []
