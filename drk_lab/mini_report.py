@@ -212,9 +212,8 @@ def read_run(run_dir: str | Path) -> dict:
 def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> list[dict]:
     """One row per evaluated checkpoint, `baseline` (after SFT) first, then each RL run: correct rate,
     Fast@1, Fast@1.2 (best over turns), mean coverage, hack attempts caught per 100 evaluations."""
-    names = sorted(run["evals"], key=lambda name: (name != baseline, name))
     return [{"checkpoint": name, **{k: run["evals"][name][part].get(k) for k in HEADLINE}}
-            for name in names if part in run["evals"][name]]
+            for name in checkpoint_order(run["evals"], baseline) if part in run["evals"][name]]
 
 
 def sign_test_p(only_after: int, only_before: int) -> float:
@@ -245,6 +244,16 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
         if "kept_only_after" in row:  # recorded from the eighteenth H200 run on
             row["kept_sign_test_p"] = sign_test_p(row["kept_only_after"], row["kept_only_before"])
     return rows
+
+
+def checkpoint_order(names, baseline: str = "sft") -> list[str]:
+    """Evaluation names for tables and plots: `baseline` first, then the RL checkpoints; those sampled at
+    another temperature after them, in the same order, so that each sits beside its own baseline."""
+    def key(name):
+        temperature = re.search(r"_temp[0-9.]+$", name)
+        checkpoint = name[:temperature.start()] if temperature else name
+        return (temperature is not None, temperature and temperature.group(), checkpoint != baseline, checkpoint)
+    return sorted(names, key=key)
 
 
 def at_another_temperature(name: str) -> bool:
@@ -350,7 +359,7 @@ def family_rows(run: dict, part: str = "heldout") -> list[dict]:
     """Per evaluated checkpoint (after SFT first) and task_family on `part`: episodes, solved and fast@1
     (evaluations recorded before these counts have none)."""
     return [{"checkpoint": name, "family": family, **counts}
-            for name in sorted(run["evals"], key=lambda name: (name != "sft", name))
+            for name in checkpoint_order(run["evals"])
             for family, counts in run["evals"][name].get(part, {}).get("by_family", {}).items()]
 
 
@@ -358,5 +367,5 @@ def outcome_rows(run: dict, part: str = "heldout") -> list[dict]:
     """How the replies of each evaluated checkpoint (after SFT first) ended on `part`: correct, or the
     harness's error kind."""
     return [{"checkpoint": name, **run["evals"][name][part]["outcomes"]}
-            for name in sorted(run["evals"], key=lambda name: (name != "sft", name))
+            for name in checkpoint_order(run["evals"])
             if "outcomes" in run["evals"][name].get(part, {})]

@@ -529,9 +529,9 @@ def test_rollouts_and_evaluations_at_another_temperature(smoke):
     """rl_temperature reaches the trainer (its rollouts scored at that temperature: no mismatch);
     eval_temperature away from the default names the evaluation <checkpoint>_temp<T> and pairs it with the
     SFT model's evaluation at the same temperature, leaving those at the default as they were; the table
-    over runs counts each arm once."""
+    over runs counts each arm once; tables list each temperature's evaluations together."""
     from drk_lab.agent.trajectory import read_jsonl
-    from drk_lab.mini_report import paired_comparison, paired_rows_of_runs
+    from drk_lab.mini_report import checkpoint_order, headline_rows, paired_comparison, paired_rows_of_runs, read_run
     from drk_lab.rl.runlog import read_log
 
     run_dir = smoke / "run"
@@ -555,6 +555,11 @@ def test_rollouts_and_evaluations_at_another_temperature(smoke):
     assert first_reply["sft"] != first_reply["sft_temp1"]  # the temperature reached the sampler
     checkpoints = [row["checkpoint"] for row in paired_rows_of_runs(smoke, pattern="run")]
     assert "run/rl_trloo" in checkpoints and not any(name.endswith("_temp1") for name in checkpoints)
+    # tables and plots: each temperature's evaluations together, the SFT model's first
+    names = [row["checkpoint"] for row in headline_rows(read_run(run_dir))]
+    assert names[0] == "sft" and names[-2:] == ["sft_temp1", "rl_trloo_temp1"]
+    assert checkpoint_order(["sft_temp1", "rl_grpo", "rl_trloo_temp0.5", "sft", "sft_temp0.5"]) == [
+        "sft", "rl_grpo", "sft_temp0.5", "rl_trloo_temp0.5", "sft_temp1"]
 
 
 def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_path):
