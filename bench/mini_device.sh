@@ -17,6 +17,8 @@
 #   DRK_CAP_ATOL_BY_RMS=0 CONTINUE=1 bash bench/mini_device.sh 585 ...   # an arm begun before the tolerance cap
 #                                    # (2026-12-04) goes on under the rule it began with (docs/flow.md)
 #   EVAL_TEMPERATURES="1.0" ABLATION=none bash bench/mini_device.sh 585 ...   # SFT and the arm also sampled at 1
+#   EVAL_SECONDS=150 ... --set stts_tasks=0 --set "eval_builtin_levels=()"   # held-out and seen tasks only: the
+#                                    # evaluation after SFT took 127 s on an H100, measuring its baselines
 #   ABLATION=none bash bench/mini_device.sh 585 --set rl_temperature=0.7   # rollouts at the evaluation's temperature
 #   EVAL_SECONDS=330 ABLATION=none bash bench/mini_device.sh 570 --set hidden_size=768 ...   # a larger model:
 #                                    # its first evaluation needs more than the default model's 240 s
