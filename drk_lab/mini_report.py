@@ -246,11 +246,15 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
     return rows
 
 
+# how bench/mini_drkernel.py names an evaluation at another temperature than the default
+TEMPERATURE_SUFFIX = re.compile(r"_temp[0-9.]+$")
+
+
 def checkpoint_order(names, baseline: str = "sft") -> list[str]:
     """Evaluation names for tables and plots: `baseline` first, then the RL checkpoints; those sampled at
     another temperature after them, in the same order, so that each sits beside its own baseline."""
     def key(name):
-        temperature = re.search(r"_temp[0-9.]+$", name)
+        temperature = TEMPERATURE_SUFFIX.search(name)
         checkpoint = name[:temperature.start()] if temperature else name
         return (temperature is not None, temperature and temperature.group(), checkpoint != baseline, checkpoint)
     return sorted(names, key=key)
@@ -259,7 +263,7 @@ def checkpoint_order(names, baseline: str = "sft") -> list[str]:
 def at_another_temperature(name: str) -> bool:
     """Whether an evaluation's name is `<checkpoint>_temp<T>`: that checkpoint sampled at another temperature
     than the evaluation's default (bench/mini_drkernel.py names them so)."""
-    return re.search(r"_temp[0-9.]+$", name) is not None
+    return TEMPERATURE_SUFFIX.search(name) is not None
 
 
 def paired_rows_of_runs(runs_dir: str | Path, part: str = "heldout", pattern: str = "*",
