@@ -256,7 +256,7 @@ def checkpoint_order(names, baseline: str = "sft") -> list[str]:
     def key(name):
         temperature = TEMPERATURE_SUFFIX.search(name)
         checkpoint = name[:temperature.start()] if temperature else name
-        return (temperature is not None, temperature and temperature.group(), checkpoint != baseline, checkpoint)
+        return (temperature.group() if temperature else "", checkpoint != baseline, checkpoint)
     return sorted(names, key=key)
 
 
