@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 import drk_lab as drk
-from drk_lab.harness.profiler import copy_bandwidth  # measured once per device, cached
+from drk_lab.harness.profiler import measure_copy_bandwidth
 from drk_lab.harness.profiler import io_bytes as forward_bytes  # the same count as the harness's bandwidth figure
 from drk_lab.harness.settings import current as harness_settings
 
@@ -66,7 +66,7 @@ def save(name: str, data) -> None:
 
 def phase_solutions():
     """Every built-in solution at full size: speedups, and bandwidth against a measured copy."""
-    bandwidth = copy_bandwidth() if DEVICE == "cuda" else None
+    bandwidth = measure_copy_bandwidth("cuda") if DEVICE == "cuda" else None
     ts = tasks()
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
     rows = []

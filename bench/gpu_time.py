@@ -66,11 +66,11 @@ def device_time_by_stage(trace_events: list[dict]) -> tuple[collections.Counter,
     return per_stage, per_kernel
 
 
-def one_evaluation(task, lock_dir: str) -> dict:
+def one_evaluation(task, lock_dir: str, copy_bandwidth: float) -> dict:
     workdir = tempfile.mkdtemp()
     job = Job(mode="candidate", task_name=task.name, task_source=task.source,
               code=fresh_kernel(drk.builtin_solution(task)), seed=1, trial_seeds=[11, 12, 13, 14, 15],
-              timing_seed=21, device="cuda:0", lock_dir=lock_dir, workdir=workdir)
+              timing_seed=21, device="cuda:0", lock_dir=lock_dir, workdir=workdir, copy_bandwidth=copy_bandwidth)
     other = shapes.other_shape(task)
     if not isinstance(other, str):  # a string says why the task has no other shape
         other.seed = 5
@@ -113,13 +113,13 @@ def main() -> int:
         print("gpu_time: no CUDA GPU here (device time needs one)", file=sys.stderr)
         return 2
     os.environ.setdefault("DRK_CACHE_DIR", tempfile.mkdtemp())
-    profiler.copy_bandwidth(torch.device("cuda"))  # measured once, outside every evaluation
+    copy = profiler.measure_copy_bandwidth(torch.device("cuda"))  # measured once, outside every evaluation
     profiler.profile_forward = plain_forwards
     lock_dir = tempfile.mkdtemp()
     rows = []
     for task in drk.builtin_tasks():
         if task.level <= 2:
-            rows.append(one_evaluation(task, lock_dir))
+            rows.append(one_evaluation(task, lock_dir, copy))
             print(f"{rows[-1]['task']:38s} {rows[-1]['device_ms']:7.1f} ms  error={rows[-1]['error']}", flush=True)
     stages = collections.Counter()
     for row in rows:

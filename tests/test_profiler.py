@@ -467,14 +467,19 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 @pytest.mark.gpu
-def test_copy_bandwidth_measured_and_cached():
-    import torch
+def test_copy_bandwidth_measured_by_a_baseline_job_and_kept_by_the_caller(tmp_path):
+    import drk_lab as drk
+    from drk_lab.harness.caller import configure
+    from drk_lab.harness.settings import cache_dir, current
 
-    from drk_lab.harness.settings import cache_dir
-
-    bw = profiler.copy_bandwidth(torch.device("cuda", 0))
-    assert 1e11 < bw < 2e13  # between 100 GB/s and 20 TB/s
-    saved = json.loads((cache_dir() / "copy_bandwidth.json").read_text())
-    assert bw in saved.values()
-    profiler._copy_bw_cache.clear()
-    assert profiler.copy_bandwidth(torch.device("cuda", 0)) == bw  # read back from disk
+    before = current()
+    configure(cache_dir=str(tmp_path))
+    try:
+        task = drk.builtin_tasks(level=1)[0]
+        result = drk.evaluate(task, drk.builtin_solution(task), correctness_trials=1, timing_trials=10)
+        saved = json.loads((cache_dir() / "copy_bandwidth.json").read_text())
+        (bw,) = saved.values()
+        assert 1e11 < bw < 2e13  # between 100 GB/s and 20 TB/s
+        assert result.bandwidth_fraction is not None
+    finally:
+        configure(**vars(before))

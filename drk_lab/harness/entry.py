@@ -17,8 +17,10 @@ def main(argv: list[str]) -> None:
     elif argv[0] == "worker":
         from drk_lab.harness.processes import enter_worker
         from drk_lab.harness.protocol import Job, read_line
-        from drk_lab.harness.settings import current
-        from drk_lab.harness.worker import run_job
+        from drk_lab.harness.settings import current, read_only_paths
+        from drk_lab.harness.worker import protect, run_job
 
-        enter_worker(None, current().scratch_bytes)
-        run_job(Job.from_json(read_line(0)), int(argv[1]), 0)
+        enter_worker(None, current().scratch_bytes, read_only_paths())
+        job = Job.from_json(read_line(0))
+        protect(read_only_paths(), job.device)
+        run_job(job, int(argv[1]), 0)

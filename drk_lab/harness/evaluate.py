@@ -13,10 +13,10 @@ from drk_lab.harness.caller import get_sandbox
 from drk_lab.harness.devices import resolve_device
 from drk_lab.harness.protocol import COMPILE_NOT_ASKED, STAGE_TIMEOUTS, Job, RawResult
 from drk_lab.harness.result import EvalResult
-from drk_lab.harness.settings import cache_dir
 from drk_lab.harness.shapes import other_shape
 from drk_lab.harness.task import Task
-from drk_lab.harness.timing import FLUSH_BYTES, baseline_key, load_baseline, save_baseline
+from drk_lab.harness.timing import (FLUSH_BYTES, baseline_key, load_baseline, load_copy_bandwidth, save_baseline,
+                                   save_copy_bandwidth)
 from drk_lab.harness.validity import check_candidate
 
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
@@ -69,7 +69,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
               timing=timing, timing_trials=timing_trials, warmup=warmup, flush_bytes=flush_bytes, atol=atol, rtol=rtol,
               timeout_s=timeout_s + (STAGE_TIMEOUTS["ncu"] if profile == "ncu" else 0.0),
               stage_timeouts=stage_timeouts or {}, hack_checks=hack_checks, profile=profile,
-              env={"TRITON_CACHE_DIR": str(cache_dir() / "triton")}, host_memory_bytes=host_memory_bytes or 0)
+              host_memory_bytes=host_memory_bytes or 0)
     notes = [size_note] if size_note else []
     if hack_checks:
         if isinstance(shape, str):
@@ -78,14 +78,15 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
             job.other_shape = replace(shape, seed=rng.randrange(2**31))
     baseline = None
     if timing and device != "cpu":
-        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, job.env, compile_baseline)
+        baseline = ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, compile_baseline)
+        job.copy_bandwidth = load_copy_bandwidth(info.get("device_name", ""), info.get("versions", {}))
     raw = sandbox.run(job)
     raw.notes = notes + raw.notes
     return to_result(raw, baseline, device, info)
 
 
 def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, flush_bytes: int,
-                    env: dict, compile_baseline: bool = True) -> dict:
+                    compile_baseline: bool = True) -> dict:
     """Eager and torch.compile timings of the reference, measured once by a job that loads no
     candidate code, then cached on disk (key: task source, device, versions, timing settings)."""
     key = baseline_key(task.source, info.get("device_name", ""), info.get("versions", {}), warmup, trials,
@@ -96,11 +97,15 @@ def ensure_baseline(task: Task, sandbox, info: dict, warmup: int, trials: int, f
         cached = load_baseline(key)
         if cached is not None:
             return cached
+        device_name, versions = info.get("device_name", ""), info.get("versions", {})
         raw = sandbox.run(Job(mode="baseline", task_name=task.name, task_source=task.source, warmup=warmup,
                               timing_trials=trials, flush_bytes=flush_bytes, timeout_s=1800.0,
                               compile_baseline=compile_baseline,
-                              env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor")}))
+                              copy_bandwidth=load_copy_bandwidth(device_name, versions)))
         baseline = raw.baseline or {"eager": None, "compile": None, "error": f"{raw.error_kind}: {raw.error}"}
+        copy = baseline.pop("copy_bandwidth", None)
+        if copy:
+            save_copy_bandwidth(device_name, versions, copy)
         if raw.baseline:
             save_baseline(key, baseline)
         return baseline
@@ -185,7 +190,6 @@ def ensure_baselines(tasks: list[Task], *, device: str | None = None, max_in_fli
         raise ValueError("baselines need a CUDA GPU: nothing is timed on the CPU")
     sandbox = get_sandbox(device, isolation, profiler=False)
     info = sandbox.start()
-    env = {"TRITON_CACHE_DIR": str(cache_dir() / "triton")}
     return map_in_threads(
-        lambda task: ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, env, compile_baseline),
+        lambda task: ensure_baseline(task, sandbox, info, warmup, timing_trials, flush_bytes, compile_baseline),
         tasks, max_in_flight, "baselines" if progress else None, "task")

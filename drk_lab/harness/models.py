@@ -7,6 +7,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import random
 import sys
 import types
 from pathlib import Path
@@ -32,7 +33,13 @@ def module_from_source(name: str, source: str):
 
 
 def seed_all(seed: int) -> None:
-    torch.manual_seed(seed)  # seeds every CUDA device too
+    """torch (every CUDA device too), Python's and NumPy's global generators: what a task's constructor or
+    get_inputs() draws is the same for every candidate, whatever an earlier job left in them."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
 
 
 def sync(device: torch.device) -> None:

@@ -205,38 +205,10 @@ def achieved_bandwidth(bytes_moved: int, seconds: float, copy_bw: float | None) 
             "copy_bytes_per_s": copy_bw, "fraction": fraction}
 
 
-_copy_bw_cache: dict[str, float] = {}
-
-
-def copy_bandwidth(device=None, nbytes: int | None = None, trials: int = 20) -> float:
-    """Device-to-device copy bandwidth in bytes/s (read + written), median of `trials` CUDA-event
-    timed copies; measured once per (device name, torch version) and kept on disk. Call it while
-    holding the GPU exclusively."""
-    import torch
-
-    from drk_lab.harness.settings import cache_dir
-
-    dev = torch.device(device if device is not None else "cuda")
-    if dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    key = f"{torch.cuda.get_device_name(dev)}|torch {torch.__version__}"
-    if key in _copy_bw_cache:
-        return _copy_bw_cache[key]
-    path = cache_dir() / "copy_bandwidth.json"
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if key not in known:
-        known[key] = measure_copy_bandwidth(dev, nbytes, trials)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        tmp.replace(path)
-    _copy_bw_cache[key] = float(known[key])
-    return _copy_bw_cache[key]
-
-
 def measure_copy_bandwidth(device, nbytes: int | None = None, trials: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + written), median of `trials` CUDA-event timed
+    copies. Call it while holding the GPU exclusively. A baseline job measures it, the caller keeps it
+    per (device name, torch version) and hands it to every candidate job (timing.load_copy_bandwidth)."""
     import torch
 
     if nbytes is None:  # large against any L2 (the H200 has 60 MB), small against free memory

@@ -61,6 +61,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # set in the worker before the job runs
     other_shape: OtherShape | None = None  # another valid shape of the task, for the extra-shape check
     host_memory_bytes: int = 0  # the worker's limit; the caller's sandbox fills it in
+    copy_bandwidth: float | None = None  # bytes/s of a device copy, from the caller's cache (timing.py)
     device: str = "cpu"  # filled in by the caller's sandbox
     lock_dir: str = ""  # the GPU locks' folder, filled in by the caller's sandbox
     workdir: str = ""  # the job's folder (reference.py, candidate.py), made by whoever starts the worker

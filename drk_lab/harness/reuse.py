@@ -2,12 +2,14 @@
 in the process must be exactly as it was before the worker's first job, or the worker retires.
 
 WorldState is taken once, after warm-up and before any candidate code runs. After each job the
-worker forgets the job (its modules, folder, environment, Triton hooks) and compares:
-every attribute of the torch / triton / drk_lab / numpy modules and the classes they define
-(identity), numerics flags, grad and autocast modes, torch function and dispatch modes, tracing
-and profiling hooks, signal handlers, environment, threads, child processes, open files, mapped
-native libraries (only Triton's own cache may add some), CUDA memory, the current stream, and a
-kernel that must still run and give the right answer. Any difference, or any doubt, retires it.
+worker forgets the job (its modules, folder, environment, Triton hooks, the caches world.RESTORED
+names) and compares: the contents of everything mutable that any module reaches (world.Contents: dicts,
+lists, sets, classes, instances, functions' code, defaults and closures, by identity), the modules
+themselves, torch's dispatcher, autocast, default dtype and device and allocator settings
+(world.registries), numerics flags, grad modes, torch function and dispatch modes, tracing and
+profiling hooks, signal handlers, environment, threads, child processes, open files, mapped native
+libraries (only Triton's own cache may add some), CUDA memory, the current stream, and a kernel that
+must still run and give the right answer. Any difference, or any doubt, retires it.
 Only the checks for leftover work (threads, child processes) and the CUDA part (caches freed,
 memory, stream, test kernel) need the GPU lock; worker.check_self holds it for those alone.
 """
@@ -24,38 +26,12 @@ import threading
 import torch
 
 from drk_lab.hacks import runtime_checks
+from drk_lab.harness.world import Contents, registries, registry_differences
 
-WATCHED_PREFIXES = ("torch", "triton", "drk_lab", "numpy")
-WATCHED_STDLIB = {"builtins", "time", "os", "sys", "math", "random", "gc", "threading", "signal", "socket",
-                  "subprocess", "select", "json", "importlib", "functools", "operator", "ctypes", "io",
-                  "pickle", "copy", "contextlib", "traceback", "types", "weakref", "tempfile", "shutil"}
-# module globals that honest runs change on their own (counters, lazily filled caches)
-CHANGING = {("sys", "last_exc"), ("sys", "last_type"), ("sys", "last_value"), ("sys", "last_traceback")}
 # Triton's CPU interpreter patches triton.language for every @triton.jit helper a kernel calls and never
-# puts it back (triton 3.x); on the CPU those modules are its business, and CPU runs time nothing
+# puts it back (triton 3.x); every launch patches again, so forget_job puts these back as they were
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def watched(name: str) -> bool:
-    return name in WATCHED_STDLIB or name.partition(".")[0] in WATCHED_PREFIXES
-
-
-def attribute_values() -> dict[tuple, object]:
-    """(module, name) and (module, class, name) -> the object bound there, held so ids stay unique."""
-    values: dict[tuple, object] = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or not watched(name):
-            continue
-        try:
-            namespace = vars(module)
-        except TypeError:
-            continue
-        for attr, value in list(namespace.items()):
-            values[(name, attr)] = value
-            if issubclass(type(value), type) and vars(value).get("__module__") == name:  # no __class__ lookups
-                for cls_attr, cls_value in list(vars(value).items()):
-                    values[(name, attr, cls_attr)] = cls_value
-    return values
+INTERPRETER_PATCHES = ("triton.language", "triton.language.core", "triton.language.math")
 
 
 def process_settings() -> dict:
@@ -134,8 +110,11 @@ def mapped_libraries() -> frozenset[str]:
 class WorldState:
     """The worker's process as it was before its first job."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, contents: Contents | None = None):
+        """`contents`: a snapshot taken before this process was forked from one in the same state (the
+        zygote's, for CPU workers, which warm nothing up); None: take it here."""
         self.device = device
+        self.jobs = 0  # jobs served (EvalResult.worker_job of the latest)
         tempfile.gettempdir()  # sets tempfile's lazily initialised globals now, not during a job
         tempfile._get_candidate_names()
         if device.type == "cuda":
@@ -145,8 +124,11 @@ class WorldState:
         self.environment = dict(os.environ)
         self.settings = process_settings()
         self.children = set(runtime_checks.child_processes())
-        self.values = attribute_values()
-        self.compared = [(key, value) for key, value in self.values.items() if not _not_compared(key)]
+        self.module_ids = {name: id(module) for name, module in sys.modules.items()}
+        self.interpreter_patches = [(vars(m), dict(vars(m))) for m in map(sys.modules.get, INTERPRETER_PATCHES)
+                                    if m is not None] if INTERPRETER else []
+        self.contents = contents or Contents()
+        self.registries = registries(device.type)
         self.cuda_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 
     def forget_job(self, workdir: str) -> None:
@@ -168,6 +150,11 @@ class WorldState:
         for name in ("last_exc", "last_type", "last_value", "last_traceback"):
             if hasattr(sys, name):
                 delattr(sys, name)
+        for namespace, kept in self.interpreter_patches:
+            if namespace != kept:
+                namespace.clear()
+                namespace.update(kept)
+        self.contents.restore()
         gc.collect()  # frees the job's tensors to the caching allocator, launches nothing (only what jobs made:
         # the zygote froze everything from before, 0.1 s of walking in a process that has imported torch)
 
@@ -201,17 +188,20 @@ class WorldState:
         files = sorted(set(settings["open files"].items()) ^ set(self.settings["open files"].items()))
         if files:
             found.append("open files changed: " + ", ".join(f"fd {fd} {target}" for fd, target in files[:3]))
-        values = attribute_values()
-        for key, value in self.compared:  # filtered once, in __init__: this loop runs after every job
-            now = values.get(key, _MISSING)
-            if now is not value:
-                found.append(f"{'.'.join(key)} was {'removed' if now is _MISSING else 'replaced'}")
-        found += [f"{'.'.join(key)} was added" for key in values.keys() - self.values.keys()
-                  if key[:2] in self.values and (len(key) == 3 or key[1].startswith("__"))
-                  and not (INTERPRETER and key[0].startswith("triton.language"))]
-        new_modules = [m for m in set(sys.modules) - self.modules
-                       if m.partition(".")[0] == "drk_lab" and not _is_harness_file(sys.modules[m])]
-        found += [f"module {m} is not the harness's" for m in new_modules]
+        found += self.module_differences()
+        found += self.contents.differences()
+        found += registry_differences(self.registries, registries(self.device.type))
+        return found
+
+    def module_differences(self) -> list[str]:
+        """Every module is the one imported before the first job, and no job imported another (the job's
+        own files are forgotten first): a module imported during a job was never snapshotted, so whatever
+        the job did to it would go unseen. The warm-up imports what jobs commonly need."""
+        found = [f"module {name} was {'removed' if name not in sys.modules else 'replaced'}"
+                 for name, ident in self.module_ids.items() if id(sys.modules.get(name)) != ident]
+        new_modules = sorted(set(sys.modules) - self.modules)
+        if new_modules:
+            found.append(f"the job imported {len(new_modules)} new modules ({', '.join(new_modules[:3])})")
         return found
 
     def cuda_differences(self) -> list[str]:
@@ -231,13 +221,6 @@ class WorldState:
         return found
 
 
-_MISSING = object()
-
-
-def _not_compared(key: tuple) -> bool:
-    return key[:2] in CHANGING or (INTERPRETER and key[0].startswith("triton.language"))
-
-
 def release_cuda_caches(device: torch.device) -> None:
     """cuBLAS keeps a workspace per handle and stream from the caching allocator: freed here, so
     that memory still allocated after a job is the job's."""
@@ -245,11 +228,3 @@ def release_cuda_caches(device: torch.device) -> None:
     if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
         torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.empty_cache()
-
-
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # drk_lab/, not only harness/
-
-
-def _is_harness_file(module) -> bool:
-    file = getattr(module, "__file__", None)
-    return file is not None and os.path.realpath(file).startswith(PACKAGE_DIR + os.sep)

@@ -17,7 +17,10 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class HarnessSettings:
-    worker_uses: int = 32  # evaluations one warm worker may serve, each after checking itself clean; 1: always fresh
+    # evaluations one warm worker may serve, each after checking itself clean (reuse.py); 1: always fresh.
+    # None: 32 on a GPU (a fresh worker costs a CUDA context and a warm-up), 1 on the CPU (a fork of the
+    # zygote costs less there than the check: 30 s against 40 s for the 33 built-in solutions on 2 cores)
+    worker_uses: int | None = None
     # workers kept ready; None: 2 on the CPU, min(8, max(2, cores / 2)) on a GPU. At most 2 x warm_workers
     # evaluate at once (GPU memory) and spare_workers more are alive, checking themselves (zygote.py)
     warm_workers: int | None = None
@@ -28,6 +31,9 @@ class HarnessSettings:
     lock_log: str | None = None  # a JSONL file: every GPU-lock hold (bench/lock_report.py reads it)
     reuse_log: str | None = None  # a JSONL file: why each warm worker retired
     cache_dir: str | None = None  # baselines, copy bandwidth, Triton's cache; None: ~/.cache/drk_lab
+    # more files or folders that evaluated code may read but not write, besides cache_dir (os.pathsep
+    # between them): the service adds its result store
+    read_only: str | None = None
     scratch_bytes: int = 1 << 30  # a worker's largest file (RLIMIT_FSIZE), and the most a job's folder may hold
     # freed memory is poisoned inside PyTorch's cache, without first handing the cache back to the driver
     # (cudaFree, cudaMalloc and a synchronize per trial): an experiment, off until the GPU recall run
@@ -53,9 +59,10 @@ class HarnessSettings:
         return cls(**values)
 
     def __post_init__(self):
-        for name in ("lock_log", "reuse_log", "cache_dir"):  # workers run in their job's folder
+        for name in ("lock_log", "reuse_log", "cache_dir", "read_only"):  # workers run in their job's folder
             if getattr(self, name):
-                object.__setattr__(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
+                object.__setattr__(self, name, os.pathsep.join(os.path.abspath(os.path.expanduser(p))
+                                                               for p in getattr(self, name).split(os.pathsep)))
 
     def as_environment(self) -> dict[str, str]:
         env = {}
@@ -69,6 +76,11 @@ class HarnessSettings:
         if self.spare_workers is not None:
             return self.spare_workers
         return warm if device == "cpu" else 0
+
+    def worker_uses_for(self, device: str) -> int:
+        if self.worker_uses is not None:
+            return self.worker_uses
+        return 1 if device == "cpu" else 32
 
     def warm_workers_for(self, device: str) -> int:
         if self.warm_workers is not None:
@@ -94,3 +106,9 @@ def cache_dir() -> Path:
     root = Path(_current.cache_dir or Path.home() / ".cache" / "drk_lab")
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def read_only_paths() -> tuple[str, ...]:
+    """What a worker may read but never write once it has warmed up: the cache, and settings.read_only."""
+    extra = _current.read_only.split(os.pathsep) if _current.read_only else []
+    return (str(cache_dir()), *extra)

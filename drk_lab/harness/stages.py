@@ -248,8 +248,8 @@ class JobRunner:
             with torch.no_grad():
                 stats = time_cuda(model, inputs, self.job.warmup, self.job.timing_trials, self.job.flush_bytes,
                                   after_call=keep_output if ref is not None or kernel_names is not None else None)
-                if kernel_names is not None:
-                    copy = profiler.copy_bandwidth(self.device)  # measured once per device, with the GPU to itself
+                if kernel_names is not None:  # the caller's, measured by a baseline job; else measured now
+                    copy = self.job.copy_bandwidth or profiler.measure_copy_bandwidth(self.device)
             self.end_stage()
         findings = []
         if ref is not None:
@@ -307,6 +307,10 @@ class JobRunner:
         """Eager and torch.compile timings of the reference alone (no candidate code loaded)."""
         ref_module, ref, _ = self.load(with_candidate=False)
         out = {"eager": self.time_model(ref_module, ref), "compile": None, "compile_error": None}
+        if self.job.copy_bandwidth is None and self.device.type == "cuda":
+            # measured where no candidate ran in this job, and kept by the caller (timing.save_copy_bandwidth)
+            with self.lock.exclusive():
+                out["copy_bandwidth"] = profiler.measure_copy_bandwidth(self.device)
         if not self.job.compile_baseline:
             out["compile_error"] = COMPILE_NOT_ASKED
             return out

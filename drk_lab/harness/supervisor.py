@@ -20,7 +20,7 @@ from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.processes import folder_bytes, kill_tree, leftover_processes, rss_bytes
 from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, encode, new_key, pop_message
-from drk_lab.harness.settings import current
+from drk_lab.harness.settings import cache_dir, current
 
 OUTPUT_KEEP = 8192  # bytes kept from the start and from the end of what the candidate prints
 FATAL_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
@@ -244,9 +244,33 @@ def death_result(exit_status: int, stage: str) -> RawResult:
                      error=f"the process exited with code {code} in stage '{stage}' before reporting a result")
 
 
+JOB_TRITON_CACHE = "triton_cache"  # Triton's cache of one job, in its folder (triton_cache.py)
+LAUNCHERS = "launchers.jsonl"  # in it: the launcher sources the job's compiles asked for
+TRITON_MANAGER = "drk_lab.harness.triton_cache:JobCache"
+
+
+def shared_store() -> str:
+    """Triton's cache that jobs read but never write (triton_cache.py)."""
+    return str(cache_dir() / "triton")
+
+
 def new_workdir(job: Job) -> None:
+    """The job's folder, with its files, and its own compile caches in it (Triton's, and inductor's for a
+    baseline job that runs torch.compile): no job's compiles are read by another job."""
     job.workdir = tempfile.mkdtemp(prefix="drk_eval_")
     job.write_files()
+    job.env.update({"TRITON_CACHE_DIR": os.path.join(job.workdir, JOB_TRITON_CACHE),
+                    "TRITON_CACHE_MANAGER": TRITON_MANAGER, "DRK_TRITON_SHARED": shared_store(),
+                    "TORCHINDUCTOR_CACHE_DIR": os.path.join(job.workdir, "inductor_cache")})
+
+
+def share_launchers(job: Job) -> list[str]:
+    """The launcher sources a job recorded (read before its folder goes): see triton_cache.py."""
+    if job.device == "cpu" or not job.workdir:
+        return []
+    from drk_lab.harness.triton_cache import recorded_launchers
+
+    return recorded_launchers(job.workdir)
 
 
 def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, job_w: int, use: int,
@@ -254,7 +278,7 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
     """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer the caller,
     call `answered()` (the zygote's pair gives back its slot), then wait for the worker's self-check.
     True when the worker stays for another job."""
-    watch = None
+    watch, launchers = None, []
     with conn:
         stream = conn.makefile("rwb")
         job = Job.from_json(stream.readline())
@@ -272,6 +296,7 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
         except BaseException as e:
             result = RawResult(error_kind="harness", error=f"supervisor: {type(e).__name__}: {e}")
         finally:
+            launchers = share_launchers(job)
             if job.workdir:
                 shutil.rmtree(job.workdir, ignore_errors=True)
         stream.write(encode(result.to_dict()))
@@ -279,4 +304,8 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
         stream.close()
     if answered is not None:
         answered()
+    if launchers:  # off the caller's clock, while the worker checks itself
+        from drk_lab.harness.triton_cache import build_launchers
+
+        build_launchers(launchers)
     return watch is not None and watch.finish()  # the caller has its answer; the worker's end is off its clock

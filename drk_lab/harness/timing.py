@@ -159,3 +159,29 @@ def save_baseline(key: str, baseline: dict) -> None:
     tmp = folder / f".{key}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(baseline))
     tmp.replace(folder / f"{key}.json")  # atomic: concurrent writers never leave half a file
+
+
+def load_copy_bandwidth(device_name: str, versions: dict) -> float | None:
+    """The device copy bandwidth a baseline job measured on this kind of device, or None."""
+    try:
+        value = json.loads((cache_dir() / "copy_bandwidth.json").read_text()).get(_copy_key(device_name, versions))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def save_copy_bandwidth(device_name: str, versions: dict, bytes_per_s: float) -> None:
+    """Written by the caller only: workers see the cache read-only (worker.protect)."""
+    path = cache_dir() / "copy_bandwidth.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known[_copy_key(device_name, versions)] = bytes_per_s
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(known, indent=1))
+    tmp.replace(path)
+
+
+def _copy_key(device_name: str, versions: dict) -> str:
+    return f"{device_name}|torch {versions.get('torch')}"

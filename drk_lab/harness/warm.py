@@ -65,3 +65,40 @@ def precompute_in_zygote() -> None:
         import triton.compiler.code_generator  # noqa: F401
     except (ImportError, OSError):
         pass
+
+
+def warm_up_interpreter() -> None:
+    """On the CPU, in the zygote before it forks any worker: run one whole job (the built-in ReLU task and
+    its solution, every check on) in this process, then forget it. Everything a job imports on first use
+    (Triton's interpreter, the hack checks' helpers) is then imported before the world snapshot is taken,
+    so honest jobs do not look like changes to it. The code run is the project's own."""
+    import os
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    from drk_lab.harness.protocol import Job
+    from drk_lab.harness.shapes import other_shape
+    from drk_lab.harness.stages import JobRunner
+    from drk_lab.harness.task import BUILTIN_DIR, builtin_solution, load_task
+
+    task = load_task(BUILTIN_DIR / "level1" / "01_relu.py").small()
+    shape = other_shape(task)
+    job = Job(mode="candidate", task_name=task.name, task_source=task.source, code=builtin_solution(task),
+              correctness_trials=1, seed=1, trial_seeds=[2], timing=False, profile=False,
+              other_shape=None if isinstance(shape, str) else replace(shape, seed=3))
+    cwd, path = os.getcwd(), list(sys.path)
+    job.workdir = tempfile.mkdtemp(prefix="drk_warm_")
+    try:
+        job.write_files()
+        os.chdir(job.workdir)
+        sys.path.insert(0, job.workdir)
+        JobRunner(job, lambda message: None, None).run()
+    finally:
+        os.chdir(cwd)
+        sys.path[:] = path
+        for name, module in list(sys.modules.items()):
+            if (getattr(module, "__file__", None) or "").startswith(job.workdir + os.sep) or name in (
+                    "reference", "candidate"):
+                del sys.modules[name]
+        shutil.rmtree(job.workdir, ignore_errors=True)

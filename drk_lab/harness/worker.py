@@ -20,10 +20,11 @@ import json
 import os
 import select
 import sys
+import time
 from contextlib import nullcontext
 
+from drk_lab.harness import guard, processes
 from drk_lab.harness.devices import gpu_index
-from drk_lab.harness import processes
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.protocol import REUSABLE_OUTCOMES, Job, RawResult, read_line, signed
 from drk_lab.harness.reuse import WorldState
@@ -62,8 +63,7 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
     kept = False
     try:
         result = JobRunner(job, report, lock).run()  # the runner, and with it the candidate, is gone after this
-        if processes.network_note:
-            result.notes.append(processes.network_note)
+        result.notes += [note for note in (processes.network_note, processes.cache_note) if note]
         if hold:
             lock.label = "after_result"
             lock.acquire(exclusive=False)
@@ -84,26 +84,48 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
     return True
 
 
+def protect(paths: tuple[str, ...], device: str) -> None:
+    """Once warmed up, before any job: the harness's cache (and settings.read_only) become read-only to this
+    process, by the mount namespace where the OS gave one and by an audit hook in any case; a second audit
+    hook counts those added after it (reuse.py); on a GPU, the launchers Triton builds are recorded for the
+    supervisor to share (triton_cache.py)."""
+    if processes.cache_note is None:
+        processes.cache_note = processes.make_read_only(paths)
+    guard.protect_folders(list(paths))
+    guard.count_audit_hooks()
+    if device != "cpu":
+        from drk_lab.harness.triton_cache import record_launchers
+
+        record_launchers()
+
+
 def check_self(job: Job, result: RawResult, world: WorldState, lock: GpuLock | None, hold: bool, report) -> bool:
     """May this worker take another job? Reports {"reuse": ..., "why": [...]} and says so."""
-    why = refusal(job, result) or world.leftover_work()
-    if not why:  # nothing of the job runs any more: the GPU is free while the CPU forgets it
-        if hold:
-            lock.release()
-            report({"gpu_released": True})
-        world.forget_job(job.workdir)
-        if lock:
-            lock.label = "cuda_check"
-        with lock.shared() if lock else nullcontext():
-            why = world.gpu_differences()
-        why = why or world.process_differences()
-        if why and hold:  # this context goes away under the lock too
-            lock.acquire(exclusive=False, queue=False)
-    report({"reuse": not why, "why": why[:5]})
+    released, started = False, time.perf_counter()
+    world.jobs += 1
+    try:
+        why = refusal(job, result) or world.leftover_work()
+        if not why:  # nothing of the job runs any more: the GPU is free while the CPU forgets it
+            if hold:
+                lock.release()
+                report({"gpu_released": True})
+                released = True
+            world.forget_job(job.workdir)
+            if lock:
+                lock.label = "cuda_check"
+            with lock.shared() if lock else nullcontext():
+                why = world.gpu_differences()
+            why = why or world.process_differences()
+    except Exception as e:  # a check that fails is a doubt: retire
+        why = [f"the self-check failed: {type(e).__name__}: {e}"]
+    if why and released:  # this context goes away under the lock too
+        lock.acquire(exclusive=False, queue=False)
     log = current().reuse_log
-    if log:  # a JSONL file: why workers retire, for studying the harness
+    if log:  # a JSONL file: why workers retire, for studying the harness (written first: a "no" ends us)
         with open(log, "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "task": job.task_name, "why": why[:20]}) + "\n")
+            f.write(json.dumps({"pid": os.getpid(), "job": world.jobs, "task": job.task_name, "why": why[:20],
+                                "seconds": round(time.perf_counter() - started, 4)}) + "\n")
+    report({"reuse": not why, "why": why[:5]})
     return not why
 
 

@@ -32,10 +32,11 @@ from drk_lab.harness.devices import gpu_index, gpu_name
 from drk_lab.harness.models import versions
 from drk_lab.harness.processes import enter_worker, set_parent_death_signal, set_subreaper
 from drk_lab.harness.protocol import STAGE_TIMEOUTS
-from drk_lab.harness.settings import current
+from drk_lab.harness.settings import current, read_only_paths
 from drk_lab.harness.supervisor import serve_one
 
 READY = b"ready\n"  # a new worker's first line on its status pipe: warmed up, waiting for a job
+_contents = None  # world.Contents taken here before forking (CPU workers), else None
 
 
 def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: bool = True, uses: int = 1) -> None:
@@ -47,6 +48,14 @@ def serve(device: str, socket_path: str, lock_dir: str, warm: int, profiler: boo
         from drk_lab.harness.warm import precompute_in_zygote
 
         precompute_in_zygote()
+    elif uses > 1:  # CPU workers warm nothing up: they start from this snapshot instead of taking one each
+        global _contents
+        import drk_lab.harness.worker  # noqa: F401  everything a worker imports, so that the snapshot holds it
+        from drk_lab.harness.warm import warm_up_interpreter
+        from drk_lab.harness.world import Contents
+
+        warm_up_interpreter()
+        _contents = Contents()
     gc.collect()
     gc.freeze()  # what the imports made is never garbage: no collection in a worker walks it again
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -166,7 +175,7 @@ def fork_pair(listener: socket.socket, slots: Slots, news_r: int, news_w: int, d
                 for fd in (status_r, out_r, job_w, news_w):
                     os.close(fd)
                 set_parent_death_signal()
-                enter_worker(out_w, current().scratch_bytes)
+                enter_worker(out_w, current().scratch_bytes, read_only_paths())
                 run_worker(job_r, status_w, device, lock_dir, profiler, uses)
             finally:
                 os._exit(70)
@@ -200,13 +209,14 @@ def run_worker(job_r: int, status_w: int, device: str, lock_dir: str, profiler: 
     import torch
 
     from drk_lab.harness.reuse import WorldState
-    from drk_lab.harness.worker import serve_jobs
+    from drk_lab.harness.worker import protect, serve_jobs
 
     if device != "cpu":
         from drk_lab.harness.warm import warm_up
 
         warm_up(device, lock_dir, gpu_index(device), profiler)
-    world = WorldState(torch.device(device)) if uses > 1 else None
+    protect(read_only_paths(), device)  # before the snapshot: the world includes the guard's audit hooks
+    world = WorldState(torch.device(device), _contents and _contents.refreshed()) if uses > 1 else None
     gc.collect()
     gc.freeze()  # the self-check's collection (reuse.forget_job) then walks only what jobs made: 0.1 s less
     os.write(status_w, READY)

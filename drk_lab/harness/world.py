@@ -1,0 +1,397 @@
+"""What a candidate could change in place: the contents of everything mutable that the process's modules
+reach, and the registries torch keeps outside any module attribute.
+
+`Contents` is taken once in a warm worker, before its first job. It walks every module in `sys.modules`
+(all of them: a patched `json.encoder` would forge later reports as surely as a patched `torch`) and
+records, for each mutable object it reaches within `MAX_DEPTH` hops of a module attribute, what that
+object holds: a dict's keys and values, a list's, set's or deque's items, a class's or an instance's
+attributes, a function's code, defaults, attributes and closure cells, the class of every module and
+instance, a bytearray's bytes. Slots are compared by identity: an equal copy put in place of a trusted
+object counts as a change. Every object a job leaves behind hangs from one of those slots, so comparing
+them finds it; what sits deeper than MAX_DEPTH, or inside C objects, is out of sight.
+
+Honest jobs fill a few caches (the regular-expression cache, the import system's, the warning
+registries): `RESTORED` names them, and `restore()` puts them back as they were instead of retiring
+the worker for it. Everything else that differs retires the worker.
+
+`registries()` reads what lives outside module attributes: every kernel registered with torch's
+dispatcher (a `torch.library` override of an aten op, kept alive by a reference cycle the collector
+cannot see, changes what the next reference computes), autocast, default dtype and device, the CUDA
+allocator's settings, and how many audit hooks were added (counted by the harness's own hook, since
+Python cannot list them).
+
+The comparison runs a few C-level passes over flat lists of identities (one per kind of object); only
+when a pass differs does it look for which object changed.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import operator
+import os
+import sys
+import types
+import weakref
+from itertools import chain, repeat
+
+from drk_lab.harness import guard
+
+MAX_DEPTH = 4
+# caches that honest jobs fill, put back as they were after each job: (module, attribute) of a dict, list
+# or set, "*" for that attribute in every module. Each holds what its own code recomputes on a miss.
+RESTORED = {
+    ("*", "__warningregistry__"),  # which warnings a module has printed
+    ("re", "_cache"), ("re", "_cache2"),  # compiled patterns
+    ("sys", "path_importer_cache"),  # the import system's finders (the job's folder among them)
+    ("linecache", "cache"),  # source lines of the job's files, for tracebacks
+    ("triton.runtime.jit", "_triton_jit_function_registry"),  # every @triton.jit function by name (the job's)
+    ("triton.knobs", "runtime"),  # the compile hooks the GPU lock sets around each job's compiles
+    ("*", "_lazy_seed_tracker"),  # each device module's record of the last manual_seed call
+}
+# Triton's CPU interpreter rewrites each @triton.jit function on first use and leaves its state in triton's
+# modules (its globals added to the library's module namespaces, rewritten functions cached by function,
+# the builder's grid): with TRITON_INTERPRET=1 all of triton's mutable state is put back after each job
+INTERPRETER_RESTORES = "triton"
+_WEAK_MAPPINGS = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
+_OPAQUE = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodWrapperType,
+           types.MethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType, str, bytes, int,
+           float, complex, bool, type(None), types.CodeType)
+_get = object.__getattribute__
+
+
+def _instance_dict(obj):
+    try:
+        found = _get(obj, "__dict__")
+    except Exception:  # no __dict__, or a descriptor that refuses
+        return None
+    return found if type(found) is dict else None
+
+
+def _ids(items) -> list[int]:
+    return list(map(id, items))
+
+
+# what each kind of recorded object holds, as a flat list of identities per object, computed for many
+# objects at once; and the same for one object, to find which one changed
+def _dict_ids(dicts):  # all keys, then all values (no pair is built)
+    return _ids(chain(chain.from_iterable(map(dict.keys, dicts)), chain.from_iterable(map(dict.values, dicts))))
+
+
+def _class_ids(classes):
+    namespaces = list(map(vars, classes))
+    return _ids(chain(chain.from_iterable(map(_KEYS, namespaces)), chain.from_iterable(map(_VALUES, namespaces))))
+
+
+_KEYS, _VALUES = operator.methodcaller("keys"), operator.methodcaller("values")
+
+
+def _seq_ids(seqs):
+    return _ids(chain.from_iterable(map(list, seqs)))
+
+
+def _function_ids(functions):  # code, defaults, keyword defaults, attribute dict, and how many attributes
+    dicts = list(map(_get, functions, repeat("__dict__")))
+    return _ids(chain(map(_CODE, functions), map(_DEFAULTS, functions), map(_KWDEFAULTS, functions), dicts)) + \
+        list(map(len, dicts))
+
+
+_CODE, _DEFAULTS, _KWDEFAULTS = (operator.attrgetter(name) for name in ("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def _cell_ids(cells):
+    return _ids(map(operator.attrgetter("cell_contents"), cells))
+
+
+def _instance_ids(objects):
+    return _ids(chain.from_iterable(zip(map(type, objects), map(_instance_dict, objects))))
+
+
+def _weak_ids(objects):
+    return _ids(chain.from_iterable(chain.from_iterable(o.items()) if type(o) in _WEAK_MAPPINGS else list(o)
+                                    for o in objects))
+
+
+_PASSES = {"dict": _dict_ids, "class": _class_ids, "seq": _seq_ids, "set": _seq_ids, "function": _function_ids,
+           "cell": _cell_ids, "instance": _instance_ids, "weak": _weak_ids, "bytes": lambda objs: list(map(bytes, objs))}
+
+
+class Contents:
+    """The snapshot of every mutable object reached from the modules: for each kind, the objects, their
+    paths (parent entry, key) and the flat identities of what they held."""
+
+    def __init__(self):
+        self.objects: dict[str, list] = collections.defaultdict(list)
+        self.paths: dict[str, list] = collections.defaultdict(list)
+        self._walk()
+        self.refreshed()
+
+    def refreshed(self) -> Contents:
+        """Record what the objects hold now (also for a process forked from the one that walked, which has
+        changed only a few plain values since: CPU workers, before their first job). `held` keeps each
+        object's items alive, so that no identity is reused while we compare."""
+        self.held = {kind: [_held(kind, o) for o in objects] for kind, objects in self.objects.items()}
+        self.saved = {kind: self._pass(kind) for kind in self.objects}
+        self.restored = self._restored()
+        return self
+
+    def _restored(self) -> list[tuple[str, object, list]]:
+        """(kind, object, what it held) for each object put back after a job: those RESTORED names, the
+        warning registries of every module, all of triton's under its interpreter."""
+        interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+        found = []
+        for kind in ("dict", "seq", "set", "class"):
+            for obj, path in zip(self.objects.get(kind, ()), self.paths.get(kind, ())):
+                module, attribute = _module_attribute(path)
+                if (module, attribute) in RESTORED or ("*", attribute) in RESTORED or interpreter and (
+                        module.partition(".")[0] == INTERPRETER_RESTORES):
+                    found.append((kind, obj, _held(kind, obj)))
+                elif kind == "dict" and attribute is None and "__warningregistry__" not in obj:
+                    found.append(("no warnings", obj, (None, None)))  # a module namespace: no registry may appear
+        return found
+
+    def _pass(self, kind: str):
+        return _PASSES[kind](self.objects[kind])
+
+    def _walk(self) -> None:
+        # compared apart (reuse.py): the modules (honest jobs import more of torch), the environment (each job
+        # sets its variables again, as new objects)
+        seen: set[int] = {id(sys.modules), id(os.environ._data)}
+        stack: list = []
+        for name, module in list(sys.modules.items()):
+            namespace = None if module is None or id(module) in seen else _instance_dict(module)
+            if namespace is None:
+                continue
+            seen.add(id(module))
+            self._add("instance", module, (name,))  # a module's __class__ can be reassigned
+            stack.append((namespace, (name,), 0))
+        add, push = self._add, stack.append
+        while stack:
+            obj, path, depth = stack.pop()
+            if depth > MAX_DEPTH or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            t = type(obj)
+            if issubclass(t, _OPAQUE) or issubclass(t, types.ModuleType):
+                continue  # immutable, or walked from sys.modules
+            deeper = depth + 1
+            if issubclass(t, dict):
+                add("dict", obj, path)
+                for k, v in list(dict.items(obj)):
+                    push((v, (path, k), deeper))
+            elif issubclass(t, (list, collections.deque)):
+                add("seq", obj, path)
+                for i, v in enumerate(list(obj)):
+                    push((v, (path, i), deeper))
+            elif issubclass(t, set):
+                add("set", obj, path)
+                for v in list(obj):
+                    push((v, (path, "<item>"), deeper))
+            elif t is tuple or t is frozenset:
+                for i, v in enumerate(obj):
+                    push((v, (path, i), deeper))
+            elif issubclass(t, type):
+                namespace = vars(obj)
+                add("class", obj, path)
+                for k, v in list(namespace.items()):
+                    push((v, (path, k), deeper))
+            elif t is types.FunctionType:
+                add("function", obj, path)
+                if obj.__dict__:  # an empty one is compared by its length, in the function's own pass
+                    push((obj.__dict__, (path, "__dict__"), deeper))
+                push((obj.__defaults__, (path, "__defaults__"), deeper))
+                push((obj.__kwdefaults__, (path, "__kwdefaults__"), deeper))
+                for i, cell in enumerate(obj.__closure__ or ()):
+                    try:
+                        push((cell.cell_contents, (path, f"<closure {i}>"), deeper))
+                    except ValueError:
+                        continue  # an empty cell
+                    add("cell", cell, (path, f"<closure {i}>"))
+            elif t is bytearray:
+                add("bytes", obj, path)
+            elif t in _WEAK_MAPPINGS or t is weakref.WeakSet:
+                add("weak", obj, path)
+            elif t in (classmethod, staticmethod):
+                push((obj.__func__, path, depth))
+            elif t is property:
+                for f in (obj.fget, obj.fset, obj.fdel):
+                    push((f, path, depth))
+            elif t is functools.partial:
+                push((obj.func, path, depth))
+                push((obj.args, path, deeper))
+                push((obj.keywords, (path, "keywords"), deeper))
+            elif t is types.MethodType:
+                push((obj.__func__, path, depth))
+                push((obj.__self__, (path, "__self__"), deeper))
+            else:
+                namespace = _instance_dict(obj)
+                if namespace is not None:
+                    add("instance", obj, path)
+                    push((namespace, path, depth))
+
+    def _add(self, kind: str, obj, path) -> None:
+        self.objects[kind].append(obj)
+        self.paths[kind].append(path)
+
+    def differences(self, limit: int = 5) -> list[str]:
+        """What differs from the snapshot, at most `limit` objects (empty: nothing)."""
+        found = []
+        for kind, objects in self.objects.items():
+            try:
+                if self._pass(kind) == self.saved[kind]:
+                    continue
+            except ValueError:  # a closure cell was emptied
+                pass
+            found += self._which(kind, limit - len(found))
+            if len(found) >= limit:
+                break
+        return found
+
+    def _which(self, kind: str, limit: int) -> list[str]:
+        found = []
+        for obj, path, (before, _) in zip(self.objects[kind], self.paths[kind], self.held[kind]):
+            try:
+                after = _held(kind, obj)[0]
+            except ValueError:
+                after = None
+            if after != before and not (kind == "set" and after is not None and set(after) == set(before)):
+                found.append(f"{_path_text(path)} changed in place ({_what_changed(kind, before, after)})")
+                if len(found) >= limit:
+                    break
+        return found
+
+    def restore(self) -> None:
+        """Put back the objects that honest jobs change on their own (see _restored)."""
+        for kind, obj, (ids, held) in self.restored:
+            if kind == "no warnings":
+                obj.pop("__warningregistry__", None)
+            elif _held(kind, obj)[0] != ids:
+                if kind == "dict":
+                    dict.clear(obj)
+                    dict.update(obj, held)
+                elif kind == "seq":
+                    obj[:] = held
+                elif kind == "set":
+                    obj.clear()
+                    obj.update(held)
+                else:
+                    _restore_class(obj, dict(held))
+
+def _path_text(path) -> str:
+    parts = []
+    while isinstance(path, tuple) and len(path) == 2:
+        path, key = path
+        parts.append(f".{key}" if type(key) is str and key.isidentifier() else f"[{key!r}]" if
+                     type(key) in (str, int, float, bool, bytes) else f"[<{type(key).__name__}>]")
+    parts.append(path[0] if isinstance(path, tuple) else str(path))
+    return "".join(reversed(parts))
+
+
+def _module_attribute(path) -> tuple[str, str | None]:
+    """The module a path starts from, and the attribute of it (None for the module's namespace itself)."""
+    attribute = None
+    while isinstance(path, tuple) and len(path) == 2:
+        path, attribute = path
+    return path[0], attribute if isinstance(attribute, str) or attribute is None else None
+
+
+def _held(kind: str, obj) -> tuple[list, object]:
+    """What one object holds: the identities compared (its items' keys then values for dicts and classes),
+    and the items themselves (kept alive; put back by restore())."""
+    if kind in ("dict", "class"):
+        items = list(dict.items(obj) if kind == "dict" else vars(obj).items())
+        return [id(k) for k, _ in items] + [id(v) for _, v in items], items
+    if kind in ("seq", "set"):
+        items = list(obj)
+        return list(map(id, items)), items
+    if kind == "function":
+        attributes = _get(obj, "__dict__")
+        items = (obj.__code__, obj.__defaults__, obj.__kwdefaults__, attributes)
+        return list(map(id, items)) + [len(attributes)], items
+    elif kind == "instance":
+        items = (type(obj), _instance_dict(obj))
+    elif kind == "cell":
+        items = (obj.cell_contents,)
+    elif kind == "weak":
+        items = tuple(chain.from_iterable(obj.items())) if type(obj) in _WEAK_MAPPINGS else tuple(obj)
+    else:
+        return [bytes(obj)], None
+    return list(map(id, items)), items
+
+
+def _restore_class(cls, held: dict) -> None:
+    namespace = vars(cls)
+    for name in [name for name in namespace if name not in held]:
+        try:
+            delattr(cls, name)
+        except (AttributeError, TypeError):
+            pass
+    for name, value in held.items():
+        if namespace.get(name, _ABSENT) is not value:
+            try:
+                setattr(cls, name, value)
+            except (AttributeError, TypeError):
+                pass
+
+
+_ABSENT = object()
+
+def _what_changed(kind: str, before, after) -> str:
+    if after is None:
+        return "a closure cell was emptied"
+    if kind in ("dict", "class", "seq", "set", "weak"):
+        step = 2 if kind in ("dict", "class") else 1
+        if len(after) != len(before):
+            return f"{len(before) // step} entries -> {len(after) // step}"
+        return "entries replaced"
+    if kind == "function":
+        return next(what for what, a, b in zip(("code", "defaults", "keyword defaults", "attributes", "attributes"),
+                                                before, after) if a != b)
+    if kind == "instance":
+        return "class reassigned" if before[0] != after[0] else "attribute dict replaced"
+    return {"cell": "closure cell set", "bytes": "bytes written"}[kind]
+
+
+def registries(device_type: str) -> dict:
+    """Process state kept outside module attributes, as plain values compared with ==."""
+    import torch
+
+    state = {
+        "dispatcher": [torch._C._dispatch_dump(op) for op in torch._C._dispatch_get_all_op_names()],
+        "default dtype": str(torch.get_default_dtype()),
+        "autocast cache": torch.is_autocast_cache_enabled(),
+        "audit hooks added": guard.audit_hooks_added[0],
+    }
+    for device in ("cpu", "cuda"):
+        try:
+            state[f"autocast {device}"] = (torch.is_autocast_enabled(device), str(torch.get_autocast_dtype(device)))
+        except (RuntimeError, TypeError):
+            pass
+    if hasattr(torch, "get_default_device"):
+        state["default device"] = str(torch.get_default_device())
+    if device_type == "cuda":
+        device = torch.cuda.current_device()
+        state["current CUDA device"] = device
+        fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        if fraction is not None:
+            state["CUDA memory fraction"] = fraction(device)
+        allocator = getattr(torch._C, "_accelerator_getAllocatorSettings", None) or \
+            getattr(torch._C, "_cuda_getAllocatorSettings", None)
+        if allocator is not None:
+            state["CUDA allocator settings"] = allocator()
+    return state
+
+
+def registry_differences(before: dict, after: dict) -> list[str]:
+    found = []
+    for key in sorted(before.keys() | after.keys()):
+        if before.get(key) == after.get(key):
+            continue
+        if key == "dispatcher":
+            old = set(before[key])
+            ops = [dump.split("\n", 1)[0].removeprefix("name: ") for dump in after[key] if dump not in old]
+            found.append(f"kernels registered with torch's dispatcher changed ({', '.join(ops[:3])})")
+        else:
+            found.append(f"{key} changed")
+    return found
+
