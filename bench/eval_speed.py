@@ -239,7 +239,7 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
             "failures": [r.error for r in results if not r.ok][:3],
             "cpu_busy": cpu_busy, "gpu_busy": gpu.mean(), "blocking_sync": harness_settings().blocking_sync,
             "lifecycle_lock": harness_settings().lifecycle_lock,
-            "worker_uses": harness_settings().worker_uses if isolation == "fork" else 1,
+            "worker_uses": harness_settings().worker_uses_for(DEVICE) if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
             "median_stage_seconds": {k: statistics.median(v) for k, v in stages.items()},
             "median_trial_seconds": {k: statistics.median(v) for k, v in parts.items()},  # all trials together
@@ -295,7 +295,7 @@ def phase_throughput_fork():
     """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0 or DRK_WORKER_USES=1)."""
     blocking = "_blocking_sync" if harness_settings().blocking_sync else ""
     spare = f"_spare{harness_settings().spare_workers}" if harness_settings().spare_workers is not None else ""
-    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses}{blocking}{spare}")
+    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses_for(DEVICE)}{blocking}{spare}")
 
 
 def cv(values):

@@ -98,14 +98,14 @@ def judge_after(task, poisoner, wrong, honest, log, *, retires: str | None, roun
 @pytest.mark.parametrize("effect, retires", [
     # a hook registered the public way, its handle counter put back: only the dict's contents change
     (ZERO_HALF + "torch.nn.modules.module.register_module_forward_hook(_zero_half)\n"
-     "torch.utils.hooks.RemovableHandle.next_id -= 1\n", "_global_forward_hooks changed in place"),
+     "torch.utils.hooks.RemovableHandle.next_id -= 1\n", "torch.nn.modules.module._global_forward_hooks["),
     # the same hook slipped into the registry (an OrderedDict) directly
     (ZERO_HALF + "torch.nn.modules.module._global_forward_hooks[10**6] = _zero_half\n",
-     "_global_forward_hooks changed in place"),
+     "_global_forward_hooks[1000000] was added"),
     # a pre-hook that halves the reference's input: the reference then matches nothing fair
     (LATER + "def _half(module, args):\n    if type(module).__name__ == 'Model' and os.getcwd() != _HOME:\n"
      "        return tuple(a * 0.5 for a in args)\n"
-     "torch.nn.modules.module._global_forward_pre_hooks[10**6] = _half\n", "_global_forward_pre_hooks changed in place"),
+     "torch.nn.modules.module._global_forward_pre_hooks[10**6] = _half\n", "_global_forward_pre_hooks[1000000] was added"),
 ], ids=["hook_with_counter_put_back", "hook_in_registry", "pre_hook"])
 def test_global_module_hooks(pool, relu_small, relu_solution, wrong, effect, retires):
     judge_after(relu_small, with_side_effect(relu_solution, effect), wrong, relu_solution, pool, retires=retires)
@@ -129,16 +129,16 @@ exec(_source.replace("HOME", repr(os.getcwd())), _space)
 torch.nn.modules.module.Module._call_impl.__code__ = _space["_call_impl"].__code__
 ''')
     judge_after(relu_small, with_side_effect(relu_solution, effect), wrong, relu_solution, pool,
-                retires="_call_impl changed in place (code)")
+                retires="Module._call_impl: its code was replaced")
 
 
 @pytest.mark.parametrize("effect, retires", [
     # the harness's tolerance table, a dict changed in place
     ("import sys\nsys.modules['drk_lab.harness.correctness'].TOLERANCES[torch.float32] = 1e9\n",
-     "TOLERANCES changed in place"),
+     "correctness.TOLERANCES[<dtype>] was replaced"),
     # the comparison's default tolerances, a function's __defaults__
     ("import sys\nsys.modules['drk_lab.harness.correctness'].compare.__defaults__ = (1e9, 1e9)\n",
-     "compare changed in place (defaults)"),
+     "correctness.compare: its defaults were replaced"),
 ], ids=["tolerance_table", "comparison_defaults"])
 def test_the_harness_changed_in_place(pool, relu_small, relu_solution, wrong, effect, retires):
     """A wrong kernel would pass if these survived."""
@@ -157,7 +157,7 @@ def _forged(self, o):
 json.encoder.JSONEncoder.encode = _forged
 '''
     judge_after(relu_small, with_side_effect(relu_solution, effect), wrong, relu_solution, pool,
-                retires="JSONEncoder changed in place")
+                retires="json.encoder.JSONEncoder.encode was replaced")
 
 
 def test_an_aten_kernel_overridden_through_the_dispatcher(pool, relu_small, relu_solution, wrong):
@@ -261,3 +261,61 @@ def test_read_only_paths_from_the_settings(tmp_path, relu_small, relu_solution):
         configure(**vars(before))
     assert result.ok, result.error
     assert store.read_text() == "results" and not (tmp_path / "store.sqlite-journal").exists()
+
+
+# -- on a GPU ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def own_cache(tmp_path):
+    """A fresh harness cache (baselines, copy bandwidth, Triton's shared store) for one test."""
+    before = settings.current()
+    configure(cache_dir=str(tmp_path / "cache"))
+    yield tmp_path / "cache"
+    configure(**vars(before))
+
+
+@pytest.mark.gpu
+def test_a_forged_baseline_does_not_change_the_next_speedup(own_cache, tasks):
+    """The scenario measured on an H100 on 2026-12-07: an honest softmax scored 1.28, a candidate wrote a slow
+    baseline for the task into the cache, the same honest kernel then scored 53.4."""
+    task = tasks["level1/08_softmax"]
+    honest = drk.builtin_solution(task)
+    first = drk.evaluate(task, honest, correctness_trials=1, timing_trials=30)
+    assert first.ok and first.speedup, first.error
+    forger = with_side_effect(honest, '''
+import pathlib
+for _path in pathlib.Path(%r).glob("baselines/*.json"):
+    try:
+        _path.write_text('{"eager": {"median_ms": 1000.0, "iqr_ms": 0.0}, "compile": null}')
+    except OSError as e:
+        print("REFUSED", type(e).__name__)
+''' % str(own_cache))
+    forged = drk.evaluate(task, forger, correctness_trials=1, timing_trials=30, hack_checks=False)
+    assert forged.ok and "REFUSED PermissionError" in forged.stdout, (forged.error, forged.stdout)
+    second = drk.evaluate(task, honest, correctness_trials=1, timing_trials=30)
+    assert second.ok and second.ref_runtime_ms == first.ref_runtime_ms  # the same cached baseline, read back
+    assert 0.5 < second.speedup / first.speedup < 2.0, (first.speedup, second.speedup)
+
+
+@pytest.mark.gpu
+def test_a_cuda_allocator_limit_left_behind_retires_the_worker(pool, tasks):
+    """A memory fraction of 1% would make the next honest job fail as `oom` on a reused worker."""
+    task = tasks["level1/01_relu"]
+    honest = drk.builtin_solution(task)
+    poisoner = with_side_effect(honest, "torch.cuda.set_per_process_memory_fraction(0.01)\n")
+    poison = drk.evaluate(task.small(), poisoner, correctness_trials=1, timing=False, hack_checks=False)
+    assert poison.ok, poison.error
+    assert any("CUDA memory fraction" in reason for reason in retirement(pool, poison))
+    after = [drk.evaluate(task, honest, correctness_trials=1, timing=False) for _ in range(3)]
+    assert all(r.ok for r in after), [r.error for r in after]
+
+
+@pytest.mark.gpu
+def test_each_job_compiles_into_a_cache_of_its_own(own_cache, tasks):
+    """Kernels a job compiled are not in the shared store (only the warm-ups' and the launchers the
+    supervisors built there), and the job's own cache goes with its folder."""
+    task = tasks["level1/01_relu"]
+    results = [drk.evaluate(task, drk.builtin_solution(task), correctness_trials=1, timing=False) for _ in range(2)]
+    assert all(r.ok for r in results), [r.error for r in results]
+    shared = list((own_cache / "triton").rglob("*"))
+    assert not any("relu_kernel" in p.name for p in shared), [p.name for p in shared]

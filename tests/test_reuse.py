@@ -20,6 +20,8 @@ from drk_lab.harness.reuse import WorldState
 
 def take_world() -> WorldState:
     """Taken inside the test: pytest changes PYTEST_CURRENT_TEST between a fixture and the test."""
+    import triton  # noqa: F401  (a worker has it; forget_job reaches for it)
+
     state = WorldState(torch.device("cpu"))
     assert state.differences() == []
     return state
@@ -83,11 +85,13 @@ def test_threads_and_open_files_are_seen():
 
 
 def test_forget_job_drops_the_jobs_modules_and_folder(tmp_path):
+    from drk_lab.harness.models import load_module
+
     world = take_world()
     (tmp_path / "candidate_probe.py").write_text("X = 1\n")
     os.chdir(tmp_path)
     sys.path.insert(0, str(tmp_path))
-    import candidate_probe  # noqa: F401
+    load_module("candidate_probe", str(tmp_path / "candidate_probe.py"))  # as a worker loads a job's files
 
     assert "candidate_probe" in sys.modules
     world.forget_job(str(tmp_path))

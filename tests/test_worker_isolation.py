@@ -3,12 +3,14 @@ note saying why not) and with a size-limited folder (RLIMIT_FSIZE on each file, 
 on the folder). Real workers, real sockets; the static rules are off so that the OS layer alone is seen."""
 
 import os
+import shutil
 import socket
+import tempfile
 
 import pytest
 
 import drk_lab as drk
-from drk_lab.harness.processes import isolate_network
+from drk_lab.harness.processes import isolate, make_read_only
 
 HEADER = """
 import socket
@@ -75,8 +77,11 @@ def test_a_worker_cannot_reach_the_hosts_network(relu_small):
         assert "NET_BLOCKED" in result.stdout and "NET_REACHED" not in result.stdout
 
 
-def test_isolate_network_as_an_unprivileged_user():
-    """Without root the namespace comes inside a user namespace of its own; or a reason, never an exception."""
+def test_isolate_as_an_unprivileged_user():
+    """Without root the network and mount namespaces come inside a user namespace of its own, and a folder
+    made read-only there refuses writes from native code too; or a reason, never an exception."""
+    folder = tempfile.mkdtemp(dir="/tmp")  # not under the tests' private TMPDIR, which nobody else may enter
+    os.chmod(folder, 0o777)  # writable for everyone outside: only the mount can refuse the write
     read, write = os.pipe()
     before = os.readlink("/proc/self/ns/net")
     pid = os.fork()
@@ -85,15 +90,23 @@ def test_isolate_network_as_an_unprivileged_user():
             if os.getuid() == 0:
                 os.setgid(65534)
                 os.setuid(65534)
-            note = isolate_network()
+            network_note, cache_note = isolate((folder,))
+            cache_note = cache_note or make_read_only((folder,))
             moved = os.readlink("/proc/self/ns/net") != before
-            os.write(write, f"{moved}|{note}".encode())
+            try:
+                with open(os.path.join(folder, "x"), "w"):
+                    wrote = "written"
+            except OSError as e:
+                wrote = e.strerror
+            os.write(write, f"{moved}|{network_note}|{cache_note}|{wrote}".encode())
         finally:
             os._exit(0)
     os.close(write)
-    moved, note = os.read(read, 4096).decode().split("|", 1)
+    moved, network_note, cache_note, wrote = os.read(read, 4096).decode().split("|", 3)
     os.waitpid(pid, 0)
-    assert (moved == "True" and note == "None") or (moved == "False" and "no network isolation" in note)
+    shutil.rmtree(folder, ignore_errors=True)
+    assert (moved == "True" and network_note == "None") or (moved == "False" and "no network isolation" in network_note)
+    assert (cache_note == "None" and wrote == "Read-only file system") or "Python code only" in cache_note
 
 
 @pytest.fixture

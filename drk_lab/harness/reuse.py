@@ -19,7 +19,9 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import site
 import sys
+import sysconfig
 import tempfile
 import threading
 
@@ -27,12 +29,6 @@ import torch
 
 from drk_lab.hacks import runtime_checks
 from drk_lab.harness.world import Contents, registries, registry_differences
-
-# Triton's CPU interpreter patches triton.language for every @triton.jit helper a kernel calls and never
-# puts it back (triton 3.x); every launch patches again, so forget_job puts these back as they were
-INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
-INTERPRETER_PATCHES = ("triton.language", "triton.language.core", "triton.language.math")
-
 
 def process_settings() -> dict:
     """Plain values compared for equality."""
@@ -88,9 +84,6 @@ def mapped_libraries() -> frozenset[str]:
     system's library folders and Triton's cache (its compiled kernels and launchers). Honest
     code loads libraries lazily from the first two; a library from anywhere else could hook
     anything in the process."""
-    import site
-    import sysconfig
-
     trusted = {sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
                *site.getsitepackages(), "/usr/", "/lib", "/opt/",
                os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton/cache")}
@@ -119,16 +112,14 @@ class WorldState:
         tempfile._get_candidate_names()
         if device.type == "cuda":
             release_cuda_caches(device)
-        self.modules = set(sys.modules)
         self.cwd = os.getcwd()
         self.environment = dict(os.environ)
-        self.settings = process_settings()
-        self.children = set(runtime_checks.child_processes())
-        self.module_ids = {name: id(module) for name, module in sys.modules.items()}
-        self.interpreter_patches = [(vars(m), dict(vars(m))) for m in map(sys.modules.get, INTERPRETER_PATCHES)
-                                    if m is not None] if INTERPRETER else []
-        self.contents = contents or Contents()
+        self.settings = process_settings()  # first: what the checks themselves import is then imported
         self.registries = registries(device.type)
+        self.children = set(runtime_checks.child_processes())
+        self.modules = set(sys.modules)
+        self.module_ids = {name: id(module) for name, module in sys.modules.items()}
+        self.contents = contents or Contents()
         self.cuda_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 
     def forget_job(self, workdir: str) -> None:
@@ -150,10 +141,6 @@ class WorldState:
         for name in ("last_exc", "last_type", "last_value", "last_traceback"):
             if hasattr(sys, name):
                 delattr(sys, name)
-        for namespace, kept in self.interpreter_patches:
-            if namespace != kept:
-                namespace.clear()
-                namespace.update(kept)
         self.contents.restore()
         gc.collect()  # frees the job's tensors to the caching allocator, launches nothing (only what jobs made:
         # the zygote froze everything from before, 0.1 s of walking in a process that has imported torch)

@@ -155,8 +155,11 @@ class Contents:
 
     def _walk(self) -> None:
         # compared apart (reuse.py): the modules (honest jobs import more of torch), the environment (each job
-        # sets its variables again, as new objects)
-        seen: set[int] = {id(sys.modules), id(os.environ._data)}
+        # sets its variables again, as new objects), the threads
+        import threading
+
+        seen: set[int] = {id(sys.modules), id(os.environ._data), *(id(getattr(threading, name, None)) for name in
+                                                                 ("_dangling", "_active", "_limbo", "_shutdown_locks"))}
         stack: list = []
         for name, module in list(sys.modules.items()):
             namespace = None if module is None or id(module) in seen else _instance_dict(module)
@@ -192,10 +195,12 @@ class Contents:
                     push((v, (path, i), deeper))
             elif issubclass(t, type):
                 namespace = vars(obj)
+                path = _own_name(obj) or path
                 add("class", obj, path)
                 for k, v in list(namespace.items()):
                     push((v, (path, k), deeper))
             elif t is types.FunctionType:
+                path = _own_name(obj) or path
                 add("function", obj, path)
                 if obj.__dict__:  # an empty one is compared by its length, in the function's own pass
                     push((obj.__dict__, (path, "__dict__"), deeper))
@@ -249,16 +254,17 @@ class Contents:
 
     def _which(self, kind: str, limit: int) -> list[str]:
         found = []
-        for obj, path, (before, _) in zip(self.objects[kind], self.paths[kind], self.held[kind]):
+        for obj, path, (before, items) in zip(self.objects[kind], self.paths[kind], self.held[kind]):
             try:
-                after = _held(kind, obj)[0]
+                after, now = _held(kind, obj)
             except ValueError:
-                after = None
-            if after != before and not (kind == "set" and after is not None and set(after) == set(before)):
-                found.append(f"{_path_text(path)} changed in place ({_what_changed(kind, before, after)})")
-                if len(found) >= limit:
-                    break
-        return found
+                after, now = None, None
+            if after == before or kind == "set" and after is not None and set(after) == set(before):
+                continue
+            found += _changes(kind, _path_text(path), items, now)
+            if len(found) >= limit:
+                break
+        return found[:limit]
 
     def restore(self) -> None:
         """Put back the objects that honest jobs change on their own (see _restored)."""
@@ -277,12 +283,17 @@ class Contents:
                 else:
                     _restore_class(obj, dict(held))
 
+def _own_name(obj) -> tuple[str] | None:
+    """A class's or function's dotted name, for the messages (whatever path the walk reached it by)."""
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return (f"{module}.{name}",) if type(module) is str and type(name) is str else None
+
+
 def _path_text(path) -> str:
     parts = []
     while isinstance(path, tuple) and len(path) == 2:
         path, key = path
-        parts.append(f".{key}" if type(key) is str and key.isidentifier() else f"[{key!r}]" if
-                     type(key) in (str, int, float, bool, bytes) else f"[<{type(key).__name__}>]")
+        parts.append(_key_step(key))
     parts.append(path[0] if isinstance(path, tuple) else str(path))
     return "".join(reversed(parts))
 
@@ -336,20 +347,31 @@ def _restore_class(cls, held: dict) -> None:
 
 _ABSENT = object()
 
-def _what_changed(kind: str, before, after) -> str:
+def _changes(kind: str, path: str, before, after) -> list[str]:
+    """Sentences for what changed in one object, from what it held then and holds now."""
     if after is None:
-        return "a closure cell was emptied"
-    if kind in ("dict", "class", "seq", "set", "weak"):
-        step = 2 if kind in ("dict", "class") else 1
-        if len(after) != len(before):
-            return f"{len(before) // step} entries -> {len(after) // step}"
-        return "entries replaced"
+        return [f"{path}: a closure cell was emptied"]
+    if kind in ("dict", "class"):
+        then, now = {id(k): (k, v) for k, v in before}, {id(k): (k, v) for k, v in after}
+        said = [f"{path}{_key_step(now[k][0])} was added" for k in now.keys() - then.keys()]
+        said += [f"{path}{_key_step(then[k][0])} was removed" for k in then.keys() - now.keys()]
+        said += [f"{path}{_key_step(now[k][0])} was replaced" for k in now.keys() & then.keys()
+                 if now[k][1] is not then[k][1]]
+        return said or [f"{path} was reordered"]
+    if kind in ("seq", "set", "weak"):
+        return [f"{path} changed in place ({len(before)} items -> {len(after)})"]
     if kind == "function":
-        return next(what for what, a, b in zip(("code", "defaults", "keyword defaults", "attributes", "attributes"),
-                                                before, after) if a != b)
+        what = next((what for what, a, b in zip(("code", "defaults", "keyword defaults", "attributes"), before, after)
+                     if a is not b), "attributes")
+        return [f"{path}: its {what} {'were' if what.endswith('s') else 'was'} replaced"]
     if kind == "instance":
-        return "class reassigned" if before[0] != after[0] else "attribute dict replaced"
-    return {"cell": "closure cell set", "bytes": "bytes written"}[kind]
+        return [f"{path}: its {'class' if before[0] is not after[0] else 'attribute dict'} was replaced"]
+    return [f"{path} changed in place"]
+
+
+def _key_step(key) -> str:
+    return f".{key}" if type(key) is str and key.isidentifier() else f"[{key!r}]" if type(key) in (
+        str, int, float, bool, bytes) else f"[<{type(key).__name__}>]"
 
 
 def registries(device_type: str) -> dict:
