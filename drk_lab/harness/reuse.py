@@ -24,11 +24,17 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 
 import torch
 
 from drk_lab.hacks import runtime_checks
 from drk_lab.harness.world import Contents, registries, registry_differences
+
+# Triton (3.6) loads each kernel's C launcher as an extension module under this one name, a new module
+# object every time: where it was loaded from is checked among the mapped native libraries
+LOADED_PER_KERNEL = {"__triton_launcher"}
+
 
 def process_settings() -> dict:
     """Plain values compared for equality."""
@@ -93,7 +99,8 @@ def mapped_libraries() -> frozenset[str]:
         with open("/proc/self/maps") as f:
             for line in f:
                 path = line.rstrip("\n").split(maxsplit=5)[-1]
-                if ".so" in os.path.basename(path) and not os.path.realpath(path).startswith(trusted):
+                if ".so" in os.path.basename(path) and not path.startswith(trusted) and \
+                        not os.path.realpath(path).startswith(trusted):
                     found.add(path)
     except OSError:
         pass
@@ -108,6 +115,7 @@ class WorldState:
         zygote's, for CPU workers, which warm nothing up); None: take it here."""
         self.device = device
         self.jobs = 0  # jobs served (EvalResult.worker_job of the latest)
+        self.seconds: dict[str, float] = {}  # what the parts of the latest check took
         tempfile.gettempdir()  # sets tempfile's lazily initialised globals now, not during a job
         tempfile._get_candidate_names()
         if device.type == "cuda":
@@ -167,8 +175,9 @@ class WorldState:
         return self.cuda_differences()
 
     def process_differences(self) -> list[str]:
-        """Everything else: modules, flags, modes, hooks, signals, environment, files, libraries."""
-        found = []
+        """Everything else: modules, flags, modes, hooks, signals, environment, files, libraries. The seconds
+        each part took go to self.seconds (the reuse log shows them)."""
+        found, clock = [], time.perf_counter()
         settings = process_settings()
         found += [f"{key} changed" for key, value in self.settings.items()
                   if key not in ("open files", "python threads") and settings.get(key) != value]
@@ -176,8 +185,11 @@ class WorldState:
         if files:
             found.append("open files changed: " + ", ".join(f"fd {fd} {target}" for fd, target in files[:3]))
         found += self.module_differences()
+        self.seconds["settings"], clock = time.perf_counter() - clock, time.perf_counter()
         found += self.contents.differences()
+        self.seconds["contents"], clock = time.perf_counter() - clock, time.perf_counter()
         found += registry_differences(self.registries, registries(self.device.type))
+        self.seconds["registries"] = time.perf_counter() - clock
         return found
 
     def module_differences(self) -> list[str]:
@@ -185,7 +197,8 @@ class WorldState:
         own files are forgotten first): a module imported during a job was never snapshotted, so whatever
         the job did to it would go unseen. The warm-up imports what jobs commonly need."""
         found = [f"module {name} was {'removed' if name not in sys.modules else 'replaced'}"
-                 for name, ident in self.module_ids.items() if id(sys.modules.get(name)) != ident]
+                 for name, ident in self.module_ids.items()
+                 if id(sys.modules.get(name)) != ident and name not in LOADED_PER_KERNEL]
         new_modules = sorted(set(sys.modules) - self.modules)
         if new_modules:
             found.append(f"the job imported {len(new_modules)} new modules ({', '.join(new_modules[:3])})")

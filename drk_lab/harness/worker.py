@@ -110,11 +110,14 @@ def check_self(job: Job, result: RawResult, world: WorldState, lock: GpuLock | N
                 lock.release()
                 report({"gpu_released": True})
                 released = True
+            clock = time.perf_counter()
             world.forget_job(job.workdir)
+            world.seconds["forget"], clock = time.perf_counter() - clock, time.perf_counter()
             if lock:
                 lock.label = "cuda_check"
             with lock.shared() if lock else nullcontext():
                 why = world.gpu_differences()
+            world.seconds["gpu"] = time.perf_counter() - clock
             why = why or world.process_differences()
     except Exception as e:  # a check that fails is a doubt: retire
         why = [f"the self-check failed: {type(e).__name__}: {e}"]
@@ -124,7 +127,8 @@ def check_self(job: Job, result: RawResult, world: WorldState, lock: GpuLock | N
     if log:  # a JSONL file: why workers retire, for studying the harness (written first: a "no" ends us)
         with open(log, "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "job": world.jobs, "task": job.task_name, "why": why[:20],
-                                "seconds": round(time.perf_counter() - started, 4)}) + "\n")
+                                "seconds": round(time.perf_counter() - started, 4),
+                                "parts": {k: round(v, 4) for k, v in world.seconds.items()}}) + "\n")
     report({"reuse": not why, "why": why[:5]})
     return not why
 
