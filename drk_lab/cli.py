@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import sys
 import time
@@ -182,7 +183,7 @@ def run_policy(args) -> int:
 
 def read_text(path: str, what: str) -> str:
     if not Path(path).is_file():
-        raise UsageError(f"{what} {path}: no such file")
+        raise UsageError(f"{what} {path}: {'a folder, not a file' if Path(path).is_dir() else 'no such file'}")
     try:
         return Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -209,8 +210,9 @@ def check_one(args) -> int:
     result = evaluate(task, code, device=device, correctness_trials=args.trials,
                       timing_trials=args.timing_trials, timeout_s=args.timeout)
     print(json.dumps(result.to_dict(), indent=1) if args.json else result.summary())
-    if not args.json and result.error:
-        print(result.error)
+    rest = (result.error or "").partition("\n")[2].strip()  # the summary holds the error's first line
+    if not args.json and rest:
+        print(rest)
     return 0 if result.ok else 1
 
 
@@ -236,6 +238,13 @@ def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value
 
 
@@ -267,8 +276,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     e.add_argument("--sizes", default=None, metavar="NAME=VALUE,...",
                    help="set module-level size constants, after --small: batch_size=4,dim=256")
     e.add_argument("--trials", type=positive, default=5, help="correctness trials")
-    e.add_argument("--timing-trials", type=positive, default=100)
-    e.add_argument("--timeout", type=float, default=120.0, help="seconds per evaluation")
+    e.add_argument("--timing-trials", type=positive, default=100, help="timed calls of the candidate (GPU)")
+    e.add_argument("--timeout", type=positive_seconds, default=None,
+                   help="seconds an evaluation may take, also the limit of each of its stages (default: 120 in all, "
+                        "with 60 to load and 60 per correctness trial)")
     e.add_argument("--json", action="store_true", help="one file: print the whole EvalResult as JSON")
     run = e.add_argument_group("policy runs")
     run.add_argument("--policy", help=" | ".join(POLICY_KINDS))
@@ -288,13 +299,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument("--seed", type=int, default=0, help="evolve: random seed")
 
     t = sub.add_parser("tasks", help="list tasks: the built-in suite or a folder (broken files are reported)")
-    t.add_argument("folder", nargs="?", default=None)
+    t.add_argument("folder", nargs="?", default=None,
+                   help="a folder of KernelBench-format task files (default: the built-in suite)")
 
     b = sub.add_parser("baselines", help="measure and cache the eager and torch.compile timings of a task set (GPU)")
     b.add_argument("tasks", help="builtin | builtin:LEVEL | task file | folder, comma-separated")
     b.add_argument("--device", default=None, help=devices)
     b.add_argument("--jobs", type=positive, default=None, help="tasks in flight")
-    b.add_argument("--timing-trials", type=positive, default=100)
+    b.add_argument("--timing-trials", type=positive, default=100, help="timed calls of each reference")
 
     s = sub.add_parser("serve", help="the evaluation service over HTTP (docs/service.md)")
     add_arguments(s)  # server.py imports only the standard library at module level
@@ -374,6 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"drk {args.command}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if "drk_lab.harness.caller" in sys.modules:  # end every worker before exiting
+            sys.modules["drk_lab.harness.caller"].shutdown()
+        print(f"drk {args.command}: interrupted", file=sys.stderr)
+        if argv is None:  # the command itself: nothing is left to tear down, and torch's teardown takes seconds
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        return 130
 
 
 if __name__ == "__main__":

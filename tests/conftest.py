@@ -10,6 +10,7 @@ import pytest
 cache = os.environ.get("DRK_CACHE_DIR")
 if cache is None or os.path.basename(cache).startswith("drk_test_cache_"):
     os.environ["DRK_CACHE_DIR"] = tempfile.mkdtemp(prefix="drk_test_cache_")
+    atexit.register(shutil.rmtree, os.environ["DRK_CACHE_DIR"], ignore_errors=True)  # nothing left behind
 # Workers' folders too (tests check that each is removed): other runs on the machine cannot mix in. An
 # xdist worker inherits the controller's folder and makes its own beside it, not inside: Ray's socket paths
 # under a nested folder pass the 107 bytes an AF_UNIX path may have.

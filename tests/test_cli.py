@@ -306,3 +306,56 @@ def test_baselines_need_a_gpu_and_a_task_set(capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         main(["baselines"])
     assert info.value.code == 2 and "the following arguments are required: tasks" in capsys.readouterr().err
+
+
+HANG = '''
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        while out.numel() > 0:
+            out = out + 0
+        return out
+'''
+
+
+def processes_with(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (the drk process and whatever it started)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_during_an_evaluation_ends_everything_in_one_line(tmp_path):
+    """SIGINT to `drk eval` on a candidate that never returns: exit 130 within 2 s, one line, no process left."""
+    import signal
+
+    code = tmp_path / "hang.py"
+    code.write_text("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n" + HANG)
+    marker = f"DRK_TEST_CTRL_C={os.getpid()}_{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-m", "drk_lab.cli", "eval", str(RELU_TASK), str(code), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), marker.split("=")[0]: marker.split("=")[1]})
+    deadline = time.monotonic() + 120
+    while len(processes_with(marker)) < 3 and time.monotonic() < deadline:  # drk, the zygote, a worker pair
+        time.sleep(0.2)
+    time.sleep(3)  # the candidate is looping now
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends to the foreground process group
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 2.0
+    assert (proc.returncode, err) == (130, "drk eval: interrupted\n"), (out, err)
+    time.sleep(0.5)
+    assert processes_with(marker) == []

@@ -187,7 +187,9 @@ def test_render_html_escapes_and_marks_the_turn():
 
 def test_inspector_driven_by_its_widgets():
     inspector = TurnInspector([relu_trajectory(), gelu_trajectory(), relu_trajectory(sample=1)])
-    assert inspector.turn.value == 3 and inspector.turn.max == 3  # opens on the last turn
+    assert inspector.turn.value == 1 and inspector.turn.max == 3  # opens on the first turn
+    assert "turn 1 of 3" in inspector.html.value
+    inspector.turn.value = 3
     assert "turn 3 of 3" in inspector.html.value
     assert [shape.x0 for shape in inspector.figure.layout.shapes] == [3, 3, 3]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from drk_lab.agent.context import ContextSchedule, build_messages, episode_sched
 from drk_lab.agent.env import KernelEnv
 from drk_lab.agent.feedback import messages_tokens
 from drk_lab.agent.trajectory import Trajectory, Turn, write_jsonl
+from drk_lab.harness.evaluate import thread_pool
 from drk_lab.harness.task import Task
 
 
@@ -92,7 +92,7 @@ def run_episodes(episodes: list[Episode], turns, schedule: ContextSchedule, *, t
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(episodes) * schedule.turns, desc="turns", unit="turn")
-    with ThreadPoolExecutor(workers) as pool:
+    with thread_pool(workers) as pool:  # Ctrl-C or a Jupyter interrupt ends the evaluations in flight
         for index in range(schedule.turns):
             live = [e for e in episodes if e.live and turns.admit(e, index)]
             if not live:

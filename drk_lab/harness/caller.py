@@ -80,6 +80,13 @@ class Sandbox:
             return self.info
 
     def run(self, job: Job) -> RawResult:
+        try:
+            return self._run(job)
+        except KeyboardInterrupt:  # Ctrl-C or a Jupyter interrupt: end this pool's workers, then go on
+            self.close()
+            raise
+
+    def _run(self, job: Job) -> RawResult:
         info = self.start()
         job.device, job.lock_dir = self.device, self.lock_dir
         job.host_memory_bytes = job.host_memory_bytes or default_host_memory_bytes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -9,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from drk_lab.hacks.static_rules import static_hack_check
-from drk_lab.harness.caller import get_sandbox
+from drk_lab.harness.caller import get_sandbox, shutdown
 from drk_lab.harness.devices import resolve_device
 from drk_lab.harness.protocol import COMPILE_NOT_ASKED, STAGE_TIMEOUTS, Job, RawResult
 from drk_lab.harness.result import EvalResult
@@ -26,12 +27,14 @@ CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRIT
 # constructor recursion depth mismatch"): the caller's checks that parse sources take milliseconds and
 # run one at a time.
 _PARSE_LOCK = threading.Lock()
+DEFAULT_TIMEOUT_S = 120.0
+USER_TIMED_STAGES = ("load", "trial", "timing")  # the stages whose own limit a timeout_s given lifts
 _baseline_locks: dict[str, threading.Lock] = {}
 _baseline_locks_guard = threading.Lock()
 
 
 def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True, correctness_trials: int = 5,
-             timing_trials: int = 100, warmup: int = 3, timeout_s: float = 120.0, device: str | None = None,
+             timing_trials: int = 100, warmup: int = 3, timeout_s: float | None = None, device: str | None = None,
              seed: int | None = None, atol: float | None = None, rtol: float | None = None,
              flush_bytes: int = FLUSH_BYTES, isolation: str = "fork", stage_timeouts: dict | None = None,
              host_memory_bytes: int | None = None, hack_checks: bool = True,
@@ -47,6 +50,9 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     on PATH; otherwise a note says why), in a separate run that holds the GPU alone.
     `compile_baseline=False` times the reference in eager mode only (no speedup over torch.compile):
     for sets of thousands of new tasks, where compiling each reference costs more than its evaluations.
+    `timeout_s`: None gives an evaluation DEFAULT_TIMEOUT_S in all, with protocol.STAGE_TIMEOUTS for each
+    stage (60 s to load, 60 s per correctness trial); a number given is the limit of the whole and of every
+    one of those stages (`stage_timeouts` can still set a stage's own).
     """
     device = resolve_device(device)  # ValueError in one line for a device that is not there
     with _PARSE_LOCK:
@@ -60,6 +66,10 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
         return EvalResult(error_kind=kind, error=message)
     if found:
         return EvalResult(error_kind="hacked", error=found[1], hacked=True, hack_reasons=found[0])
+    if timeout_s is None:
+        timeout_s = DEFAULT_TIMEOUT_S
+    else:
+        stage_timeouts = {**{stage: timeout_s for stage in USER_TIMED_STAGES}, **(stage_timeouts or {})}
     sandbox = get_sandbox(device, isolation, profiler=bool(profile))
     info = sandbox.start()
     rng = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -171,11 +181,29 @@ def map_in_threads(fn, items: list, max_in_flight: int | None, desc: str | None,
             bar.update(1)
         return result
 
-    with ThreadPoolExecutor(max_in_flight or max(1, min(len(items), os.cpu_count() or 2))) as pool:
+    with thread_pool(max_in_flight or max(1, min(len(items), os.cpu_count() or 2))) as pool:
         results = list(pool.map(one, items))
     if bar is not None:
         bar.close()
     return results
+
+
+@contextlib.contextmanager
+def thread_pool(workers: int):
+    """A thread pool for evaluations that a KeyboardInterrupt (Ctrl-C, a Jupyter interrupt) stops at once:
+    the queued ones are dropped, every worker pool is shut down (which ends what runs: the threads get
+    their answers, failed, within a second), and the interrupt goes on, saying so."""
+    pool = ThreadPoolExecutor(workers)
+    try:
+        yield pool
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        shutdown()
+        pool.shutdown(wait=True)
+        shutdown()  # a thread that was between its static checks and its worker pool may have started one
+        raise KeyboardInterrupt("interrupted: the evaluations in flight were stopped and their workers ended") \
+            from None
+    pool.shutdown(wait=True)
 
 
 def ensure_baselines(tasks: list[Task], *, device: str | None = None, max_in_flight: int | None = None,

@@ -186,8 +186,12 @@ class WorldState:
             found.append("open files changed: " + ", ".join(f"fd {fd} {target}" for fd, target in files[:3]))
         found += self.module_differences()
         self.seconds["settings"], clock = time.perf_counter() - clock, time.perf_counter()
+        if found:  # it retires whatever else differs: the rest would cost CPU for nothing
+            return found
         found += self.contents.differences()
         self.seconds["contents"], clock = time.perf_counter() - clock, time.perf_counter()
+        if found:
+            return found
         found += registry_differences(self.registries, registries(self.device.type))
         self.seconds["registries"] = time.perf_counter() - clock
         return found

@@ -144,7 +144,7 @@ class TurnInspector:
         self.task.observe(self._on_task, names="value")
         self.sample.observe(self._on_sample, names="value")
         self.turn.observe(lambda change: self._render(), names="value")
-        self._on_sample(turn=first_turn or len(self.trajectory.turns))
+        self._on_sample(turn=first_turn or 1)  # the first turn: play steps through the rest
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> TurnInspector:
