@@ -224,8 +224,8 @@ def test_inspector_from_jsonl_and_its_notebook_display(tmp_path):
     assert len(inspector.trajectories) == 2 and list(inspector.task.options) == ["level1/relu", "level1/gelu"]
     bundle = inspector._repr_mimebundle_()
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == inspector.widget.model_id
-    assert "turn 3 of 3" in bundle["text/plain"]
-    assert TurnInspector([relu_trajectory()], first_turn=1).turn.value == 1
+    assert "turn 1 of 3" in bundle["text/plain"]
+    assert TurnInspector([relu_trajectory()], first_turn=3).turn.value == 3
 
 
 # -- the live table ---------------------------------------------------------------------------
