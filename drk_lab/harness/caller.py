@@ -24,7 +24,7 @@ from drk_lab.harness.devices import device_env, gpu_name
 from drk_lab.harness.entry import COMMAND
 from drk_lab.harness.models import versions
 from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, new_key
-from drk_lab.harness.supervisor import WorkerWatch, new_workdir, share_launchers
+from drk_lab.harness.supervisor import WorkerWatch, new_workdir
 
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
@@ -95,12 +95,7 @@ class Sandbox:
             try:
                 return self.run_spawned(job)
             finally:
-                launchers = share_launchers(job)
                 shutil.rmtree(job.workdir, ignore_errors=True)
-                if launchers:
-                    from drk_lab.harness.triton_cache import build_launchers
-
-                    build_launchers(launchers)
         wall = job.timeout_s + MAX_LOCK_WAIT_S + 60
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:

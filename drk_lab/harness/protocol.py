@@ -124,6 +124,9 @@ def _signature(payload: bytes, key: str) -> str:
     return hmac.new(key.encode(), payload, hashlib.sha256).hexdigest()
 
 
+LAUNCHER = b"launcher "  # an unsigned status line: the worker asks for a Triton launcher (triton_cache.py)
+
+
 def pop_message(buffer: bytes, key: str) -> tuple[dict | None, bytes]:
     """The first whole line of what the worker wrote on its status pipe, checked against the job's key,
     and the rest of the buffer; None when no whole line is there yet. A line without a valid signature
@@ -131,6 +134,8 @@ def pop_message(buffer: bytes, key: str) -> tuple[dict | None, bytes]:
     if b"\n" not in buffer:
         return None, buffer
     line, buffer = buffer.split(b"\n", 1)
+    if line.startswith(LAUNCHER):  # needs no signature: the supervisor can only build Triton's code from it
+        return {"build_launcher": line[len(LAUNCHER):].decode(errors="replace")}, buffer
     signature, _, payload = line.partition(b" ")
     if key and hmac.compare_digest(signature, _signature(payload, key).encode()):
         try:

@@ -117,7 +117,7 @@ class WorldState:
         self.jobs = 0  # jobs served (EvalResult.worker_job of the latest)
         self.seconds: dict[str, float] = {}  # what the parts of the latest check took
         tempfile.gettempdir()  # sets tempfile's lazily initialised globals now, not during a job
-        tempfile._get_candidate_names()
+        next(tempfile._get_candidate_names())  # its generator is made on first use in a process
         if device.type == "cuda":
             release_cuda_caches(device)
         self.cwd = os.getcwd()

@@ -8,6 +8,7 @@ process instead (caller.py).
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shutil
@@ -121,6 +122,8 @@ class WorkerWatch:
                         elif "result" in message:
                             result = RawResult.from_dict(message["result"])
                             self.on_report()
+                        elif "build_launcher" in message:  # the worker waits for the answer
+                            self.answer({"launcher": build_launcher(message["build_launcher"])})
                         elif "stage" in message:
                             if stage == "wait_lock":
                                 waited += time.monotonic() - stage_started
@@ -153,6 +156,13 @@ class WorkerWatch:
             self.late_line = b""
         message, self.pending = pop_message(self.pending, self.job.key)
         return message
+
+    def answer(self, message: dict) -> None:
+        if self.ack_w is not None:
+            try:
+                os.write(self.ack_w, (json.dumps(message) + "\n").encode())
+            except OSError:
+                pass  # the worker is already gone
 
     def on_report(self) -> None:
         self.state = "reported"
@@ -245,8 +255,13 @@ def death_result(exit_status: int, stage: str) -> RawResult:
 
 
 JOB_TRITON_CACHE = "triton_cache"  # Triton's cache of one job, in its folder (triton_cache.py)
-LAUNCHERS = "launchers.jsonl"  # in it: the launcher sources the job's compiles asked for
 TRITON_MANAGER = "drk_lab.harness.triton_cache:JobCache"
+
+
+def build_launcher(signature: str) -> str | None:
+    from drk_lab.harness.triton_cache import build_launcher as build
+
+    return build(signature)
 
 
 def shared_store() -> str:
@@ -264,21 +279,12 @@ def new_workdir(job: Job) -> None:
                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(job.workdir, "inductor_cache")})
 
 
-def share_launchers(job: Job) -> list[str]:
-    """The launcher sources a job recorded (read before its folder goes): see triton_cache.py."""
-    if job.device == "cpu" or not job.workdir:
-        return []
-    from drk_lab.harness.triton_cache import recorded_launchers
-
-    return recorded_launchers(job.workdir)
-
-
 def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, job_w: int, use: int,
               keep: bool, answered=None, late_line: bytes = b"") -> bool:
     """The supervisor's part of one evaluation: hand the job to its worker, watch it, answer the caller,
     call `answered()` (the zygote's pair gives back its slot), then wait for the worker's self-check.
     True when the worker stays for another job."""
-    watch, launchers = None, []
+    watch = None
     with conn:
         stream = conn.makefile("rwb")
         job = Job.from_json(stream.readline())
@@ -296,7 +302,6 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
         except BaseException as e:
             result = RawResult(error_kind="harness", error=f"supervisor: {type(e).__name__}: {e}")
         finally:
-            launchers = share_launchers(job)
             if job.workdir:
                 shutil.rmtree(job.workdir, ignore_errors=True)
         stream.write(encode(result.to_dict()))
@@ -304,8 +309,4 @@ def serve_one(conn: socket.socket, worker_pid: int, status_r: int, out_r: int, j
         stream.close()
     if answered is not None:
         answered()
-    if launchers:  # off the caller's clock, while the worker checks itself
-        from drk_lab.harness.triton_cache import build_launchers
-
-        build_launchers(launchers)
     return watch is not None and watch.finish()  # the caller has its answer; the worker's end is off its clock

@@ -7,21 +7,28 @@ of its own, deleted with the job: a kernel that another job compiled is compiled
 came from a process that ran a candidate, which could have written anything under that kernel's key.
 
 Triton versions that build a C launcher per kernel signature (3.6 among them) build it with gcc from
-source that Triton writes: the worker records that source in the job's folder (`record_launchers`),
-and after the job the supervisor builds each new one into the shared store itself (`build_launchers`),
-where the next job with the same signature finds it under the hash of that source. Whatever source a
-candidate wrote into the record is built as it is and filed under its own hash, which only an identical
-source, hence an identical launcher, ever looks up.
+source that Triton writes from the signature alone. In a worker, `share_launchers` hands the signature to
+the supervisor (`build_launcher`), which builds Triton's own source for it into the shared store and
+answers with the path, and the worker loads the launcher from there: no launcher a candidate's process
+built is ever loaded by another job, and a worker that only loaded such launchers may serve again. Where
+the supervisor cannot build one, the worker builds it itself as Triton would (and then retires: a native
+library from its job's folder is mapped, reuse.py).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 
 from triton.runtime.cache import FileCacheManager
 
-from drk_lab.harness.supervisor import JOB_TRITON_CACHE, LAUNCHERS, TRITON_MANAGER, shared_store
+from drk_lab.harness.supervisor import shared_store
+
+# (status_fd, reply_fd) of the job being run: how the worker asks its supervisor; None between jobs. A
+# request is an unsigned line of its own (protocol.LAUNCHER): it can only ever make the supervisor build
+# Triton's code, so the job's signing key stays out of this module
+channel: list = [None]
 
 
 class JobCache(FileCacheManager):
@@ -41,66 +48,72 @@ class JobCache(FileCacheManager):
         return found
 
 
-def record_launchers() -> None:
-    """In a worker before its first job: every launcher source Triton builds is also written to the job's
-    cache folder, for the supervisor to build into the shared store. Nothing to do for Triton versions
-    with one generic launcher."""
+def share_launchers() -> None:
+    """In a worker before its first job (see the module docstring). Nothing to do for Triton versions with
+    one generic launcher."""
     try:
         from triton.backends.nvidia import driver
+        from triton.runtime.build import _load_module_from_path
     except ImportError:
         return
-    build = getattr(driver, "compile_module_from_src", None)
-    if build is None or getattr(build, "records_launchers", False):
+    make, build = getattr(driver, "make_launcher", None), getattr(driver, "compile_module_from_src", None)
+    if make is None or build is None or getattr(build, "shares_launchers", False):
         return
+    signatures: dict[str, str] = {}  # a launcher's source -> the signature it was made from, until it is built
+
+    def make_launcher(constants, signature, tensordesc_meta):
+        src = make(constants, signature, tensordesc_meta)
+        signatures[src] = repr((signature, tensordesc_meta))
+        return src
 
     def compile_module_from_src(src, name, *args, **kwargs):
-        folder = os.environ.get("TRITON_CACHE_DIR", "")
-        if name == "__triton_launcher" and os.environ.get("TRITON_CACHE_MANAGER") == TRITON_MANAGER:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, LAUNCHERS), "a") as f:
-                f.write(json.dumps({"src": src}) + "\n")
+        signature = signatures.pop(src, None) if name == "__triton_launcher" else None
+        path = ask_supervisor(signature) if signature is not None else None
+        if path:
+            return _load_module_from_path(name, path)
         return build(src, name, *args, **kwargs)
 
-    compile_module_from_src.records_launchers = True
-    driver.compile_module_from_src = compile_module_from_src
+    compile_module_from_src.shares_launchers = True
+    driver.make_launcher, driver.compile_module_from_src = make_launcher, compile_module_from_src
 
 
-def recorded_launchers(workdir: str, most: int = 64) -> list[str]:
-    """The launcher sources a finished job asked for (read before its folder is removed)."""
+def ask_supervisor(signature: str) -> str | None:
+    """The shared store's launcher for a signature, built by the supervisor (None: it could not)."""
+    if channel[0] is None:
+        return None
+    status_fd, reply_fd = channel[0]
+    from drk_lab.harness.protocol import LAUNCHER, read_line
+
+    os.write(status_fd, LAUNCHER + signature.encode() + b"\n")
     try:
-        with open(os.path.join(workdir, JOB_TRITON_CACHE, LAUNCHERS)) as f:
-            lines = f.read(1 << 22).splitlines()[:most]
-    except OSError:
-        return []
-    sources = []
-    for line in lines:
-        try:
-            src = json.loads(line)["src"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(src, str) and src not in sources:
-            sources.append(src)
-    return sources
+        path = json.loads(read_line(reply_fd) or b"{}").get("launcher")
+    except ValueError:
+        return None
+    shared = os.path.realpath(shared_store()) + os.sep
+    return path if isinstance(path, str) and os.path.realpath(path).startswith(shared) and os.path.isfile(path) \
+        else None
 
 
-def build_launchers(sources: list[str]) -> None:
-    """In a supervisor (which never runs evaluated code): build each launcher into the shared store, with
-    Triton's own compiler flags. Ones already there cost a file check."""
-    if not sources:
-        return
-    from triton.backends.nvidia import driver
+def build_launcher(signature_text) -> str | None:
+    """In a supervisor (which never runs evaluated code): Triton's launcher for a signature, built into the
+    shared store from the source Triton writes for it; its path, or None. Whatever a candidate sent as the
+    signature, what is built is Triton's own code for some signature, filed under the hash of that code."""
+    try:
+        signature, tensordesc_meta = ast.literal_eval(signature_text)
+        from triton.backends.nvidia import driver
 
-    build = driver.compile_module_from_src  # the supervisor's own: record_launchers runs in workers alone
+        src = driver.make_launcher({}, signature, tensordesc_meta)  # 3.6 makes the source from these alone
+    except Exception:
+        return None
     old = {name: os.environ.get(name) for name in ("TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER")}
     os.environ["TRITON_CACHE_DIR"] = shared_store()
     os.environ.pop("TRITON_CACHE_MANAGER", None)
     try:
-        for src in sources:
-            try:
-                build(src=src, name="__triton_launcher", library_dirs=driver.library_dirs(),
-                      include_dirs=driver.include_dirs, libraries=driver.libraries)
-            except Exception:  # a source that does not build was not Triton's: nothing to share
-                pass
+        module = driver.compile_module_from_src(src=src, name="__triton_launcher", library_dirs=driver.library_dirs(),
+                                                include_dirs=driver.include_dirs, libraries=driver.libraries)
+        return getattr(module, "__file__", None)
+    except Exception:
+        return None
     finally:
         for name, value in old.items():
             if value is None:

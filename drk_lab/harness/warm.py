@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from drk_lab.harness import correctness
+from drk_lab.harness import correctness, models
 from drk_lab.harness.devices import wait_by_blocking
 from drk_lab.harness.gpu_clocks import clock_state
 from drk_lab.harness.gpulock import GpuLock
@@ -38,6 +38,7 @@ def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None
         torch.empty(1, device=device)
         torch.cuda.current_blas_handle()
     clock_state(gpu)  # loads NVML now rather than inside the first timing
+    models.seed_all(0)  # what every job's first seeding sets up lazily, set up before the world snapshot
     prof = new_profile() if profiler else None
     with lock.shared():
         if prof:

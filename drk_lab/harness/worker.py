@@ -61,9 +61,15 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
         lock.release_while_compiling()
     hold = lock is not None and ack_r is not None and current().lifecycle_lock
     kept = False
+    if ack_r is not None and job.device != "cpu":
+        from drk_lab.harness import triton_cache
+
+        triton_cache.channel[0] = (status_w, ack_r)
     try:
         result = JobRunner(job, report, lock).run()  # the runner, and with it the candidate, is gone after this
         result.notes += [note for note in (processes.network_note, processes.cache_note) if note]
+        if "drk_lab.harness.triton_cache" in sys.modules:
+            sys.modules["drk_lab.harness.triton_cache"].channel[0] = None
         if hold:
             lock.label = "after_result"
             lock.acquire(exclusive=False)
@@ -87,16 +93,16 @@ def run_job(job: Job, status_w: int, ack_r: int | None, world: WorldState | None
 def protect(paths: tuple[str, ...], device: str) -> None:
     """Once warmed up, before any job: the harness's cache (and settings.read_only) become read-only to this
     process, by the mount namespace where the OS gave one and by an audit hook in any case; a second audit
-    hook counts those added after it (reuse.py); on a GPU, the launchers Triton builds are recorded for the
-    supervisor to share (triton_cache.py)."""
+    hook counts those added after it (reuse.py); on a GPU, Triton's launchers come from the supervisor
+    (triton_cache.py)."""
     if processes.cache_note is None:
         processes.cache_note = processes.make_read_only(paths)
     guard.protect_folders(list(paths))
     guard.count_audit_hooks()
     if device != "cpu":
-        from drk_lab.harness.triton_cache import record_launchers
+        from drk_lab.harness.triton_cache import share_launchers
 
-        record_launchers()
+        share_launchers()
 
 
 def check_self(job: Job, result: RawResult, world: WorldState, lock: GpuLock | None, hold: bool, report) -> bool:

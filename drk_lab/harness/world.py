@@ -11,8 +11,8 @@ object counts as a change. Every object a job leaves behind hangs from one of th
 them finds it; what sits deeper than MAX_DEPTH, or inside C objects, is out of sight.
 
 Honest jobs fill a few caches (the regular-expression cache, the import system's, the warning
-registries): `RESTORED` names them, and `restore()` puts them back as they were instead of retiring
-the worker for it. Everything else that differs retires the worker.
+registries, Triton's per-function compile caches): `RESTORED` and `RESTORED_CLASSES` name them, and
+`restore()` puts them back as they were instead of retiring the worker for it. Everything else that differs retires the worker.
 
 `registries()` reads what lives outside module attributes: every kernel registered with torch's
 dispatcher (a `torch.library` override of an aten op, kept alive by a reference cycle the collector
@@ -49,6 +49,9 @@ RESTORED = {
     ("triton.knobs", "runtime"),  # the compile hooks the GPU lock sets around each job's compiles
     ("*", "_lazy_seed_tracker"),  # each device module's record of the last manual_seed call
 }
+# objects of these classes keep caches in their attribute dicts that honest jobs fill (a Triton library
+# function such as tl.sum caches its hash and the globals it read when a kernel first calls it): put back
+RESTORED_CLASSES = {"triton.runtime.jit.JITFunction"}
 # Triton's CPU interpreter rewrites each @triton.jit function on first use and leaves its state in triton's
 # modules (its globals added to the library's module namespaces, rewritten functions cached by function,
 # the builder's grid): with TRITON_INTERPRET=1 all of triton's mutable state is put back after each job
@@ -123,6 +126,7 @@ class Contents:
     def __init__(self):
         self.objects: dict[str, list] = collections.defaultdict(list)
         self.paths: dict[str, list] = collections.defaultdict(list)
+        self.restored_ids: set[int] = set()  # attribute dicts of RESTORED_CLASSES objects
         self._walk()
         self.refreshed()
 
@@ -143,8 +147,8 @@ class Contents:
         for kind in ("dict", "seq", "set", "class"):
             for obj, path in zip(self.objects.get(kind, ()), self.paths.get(kind, ())):
                 module, attribute = _module_attribute(path)
-                if (module, attribute) in RESTORED or ("*", attribute) in RESTORED or interpreter and (
-                        module.partition(".")[0] == INTERPRETER_RESTORES):
+                if (module, attribute) in RESTORED or ("*", attribute) in RESTORED or id(obj) in self.restored_ids \
+                        or interpreter and module.partition(".")[0] == INTERPRETER_RESTORES:
                     found.append((kind, obj, _held(kind, obj)))
                 elif kind == "dict" and attribute is None and "__warningregistry__" not in obj:
                     found.append(("no warnings", obj, (None, None)))  # a module namespace: no registry may appear
@@ -233,6 +237,8 @@ class Contents:
                 if namespace is not None:
                     add("instance", obj, path)
                     push((namespace, path, depth))
+                    if f"{t.__module__}.{t.__qualname__}" in RESTORED_CLASSES:
+                        self.restored_ids.add(id(namespace))
 
     def _add(self, kind: str, obj, path) -> None:
         self.objects[kind].append(obj)
