@@ -111,8 +111,8 @@ class WorldState:
     """The worker's process as it was before its first job."""
 
     def __init__(self, device: torch.device, contents: Contents | None = None):
-        """`contents`: a snapshot taken before this process was forked from one in the same state (the
-        zygote's, for CPU workers, which warm nothing up); None: take it here."""
+        """`contents`: a walk made before this process was forked from one in the same state (the zygote's,
+        for CPU workers, which warm nothing up), recorded afresh here; None: walk here."""
         self.device = device
         self.jobs = 0  # jobs served (EvalResult.worker_job of the latest)
         self.seconds: dict[str, float] = {}  # what the parts of the latest check took
@@ -127,7 +127,7 @@ class WorldState:
         self.children = set(runtime_checks.child_processes())
         self.modules = set(sys.modules)
         self.module_ids = {name: id(module) for name, module in sys.modules.items()}
-        self.contents = contents or Contents()
+        self.contents = contents.refreshed() if contents else Contents()
         self.cuda_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 
     def forget_job(self, workdir: str) -> None:

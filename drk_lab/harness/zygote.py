@@ -216,7 +216,7 @@ def run_worker(job_r: int, status_w: int, device: str, lock_dir: str, profiler: 
 
         warm_up(device, lock_dir, gpu_index(device), profiler)
     protect(read_only_paths(), device)  # before the snapshot: the world includes the guard's audit hooks
-    world = WorldState(torch.device(device), _contents and _contents.refreshed()) if uses > 1 else None
+    world = WorldState(torch.device(device), _contents) if uses > 1 else None
     gc.collect()
     gc.freeze()  # the self-check's collection (reuse.forget_job) then walks only what jobs made: 0.1 s less
     os.write(status_w, READY)
