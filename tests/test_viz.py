@@ -293,3 +293,18 @@ def test_live_table_shows_each_nth_steps_groups(tmp_path, capsys):
     live.update({"step": 2, "reward_mean": 0.2})
     out = capsys.readouterr().out
     assert "step 2: sampled completions" in out and out.count(relu_trajectory().task) >= 2
+
+
+def test_saved_html_figures_work_offline_and_are_written_the_same_twice(tmp_path):
+    """plotly.js from a file beside (no CDN: cluster nodes are offline), the div id from the name."""
+    import plotly.graph_objects as go
+
+    from drk_lab.viz.plots import save_figure
+
+    fig = go.Figure(go.Scatter(y=[1, 3, 2]))
+    html = save_figure(fig, "curve", folder=tmp_path)[0]
+    first = html.read_bytes()
+    assert b"cdn.plot.ly" not in first and b'src="plotly.min.js"' in first and b'id="curve"' in first
+    assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
+    save_figure(fig, "curve", folder=tmp_path)
+    assert html.read_bytes() == first

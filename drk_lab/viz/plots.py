@@ -211,6 +211,27 @@ def figure_bundle(fig: go.Figure) -> dict:
     return bundle
 
 
+def plotly_script(folder: Path) -> str:
+    """The src of the plotly.js an HTML figure in `folder` loads: in the repository, its one copy in
+    figures/ (relative to the folder); elsewhere a copy beside the figure. Copied from the installed plotly
+    the first time."""
+    import os
+    import shutil
+
+    import plotly
+
+    shared = in_repo("figures") / PLOTLY_JS
+    if not folder.resolve().is_relative_to(in_repo(".").resolve()):
+        shared = folder / PLOTLY_JS
+    if not shared.is_file():
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(plotly.__file__).parent / "package_data" / PLOTLY_JS, shared)
+    return os.path.relpath(shared, folder.resolve())
+
+
+PLOTLY_JS = "plotly.min.js"
+
+
 def figure_output(fig: go.Figure) -> tuple[dict]:
     """The figure as the `outputs` of an ipywidgets Output. Redrawing a figure means replacing these: the
     JupyterLab plotly renderer ignores update_display (plotly.py issue 3053), a new output is drawn anew.
@@ -219,16 +240,18 @@ def figure_output(fig: go.Figure) -> tuple[dict]:
 
 
 def save_figure(fig: go.Figure, name: str, folder: str | Path = "figures") -> list[Path]:
-    """Writes folder/name.html (plotly.js from its CDN, so files stay small) and folder/name.png (kaleido,
-    which needs Chrome or Chromium); a relative folder is the repository's (notebooks run from
-    notebooks/). When the PNG cannot be made it prints why and returns only the HTML path; it never
-    raises for that. A `name` with a folder of its own (an absolute path) goes there."""
+    """Writes folder/name.html and folder/name.png (kaleido, which needs Chrome or Chromium); a relative
+    folder is the repository's (notebooks run from notebooks/). The HTML loads plotly.js from the one copy in
+    the repository's figures/ (written there once; outside the repository, a copy beside the file), so it
+    shows offline, and its div id is the figure's name, so writing the same figure again changes nothing.
+    When the PNG cannot be made it prints why and returns only the HTML path; it never raises for that. A
+    `name` with a folder of its own (an absolute path) goes there."""
     folder = in_repo(folder)
     folder = (folder / name).parent
     name = Path(name).name
     folder.mkdir(parents=True, exist_ok=True)
     html = folder / f"{name}.html"
-    fig.write_html(html, include_plotlyjs="cdn")
+    fig.write_html(html, include_plotlyjs=plotly_script(folder), div_id=name)
     png = folder / f"{name}.png"
     try:
         fig.write_image(png, scale=2)
