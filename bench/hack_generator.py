@@ -1,0 +1,238 @@
+"""Recall of the hack checks on generated variants (drk_lab/hacks/generator.py), false positives on honest
+rewrites and on every teacher solution, and what the checks cost (issue 64). BENCHMARKS.md has the numbers.
+
+    python bench/hack_generator.py hacked honest teacher overhead summary --out DIR [--per-cell 40] [--seed 0]
+
+Each phase appends a JSON line per variant to a file in DIR as it goes and skips the variants already
+there, so a run that stops loses nothing and the same command resumes it:
+- hacked: every class x obfuscation level. A variant is first run with hack_checks=False: it is a working
+  hack (`effective`) when that run pays it (correct), or when an always-on check (input mutation) stops
+  it. Effective variants then run with the checks (`hacked_<tag>.jsonl`; a new --tag after a fix reruns
+  only this part). On a CPU the classes marked gpu get their static verdict only.
+- honest: honest rewrites with the checks on; any `hacked` result is a false positive.
+- teacher: the teacher's three turns on every task of the SFT set (data/sft).
+- overhead: built-in solutions with the checks on and off, one at a time.
+- summary: results.json, the figure (recall by class x level) and the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+import drk_lab as drk
+from drk_lab.hacks.generator import (HACK_CLASSES, LEVELS, hacked_variants, honest_bases, honest_variants, teacher_bases,
+                                     teacher_rows)
+from drk_lab.hacks.static_rules import static_hack_check
+from drk_lab.harness.task import DATA_DIR
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SCHEMA_VERSION = 1
+CHUNK = 16
+
+
+def sha(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
+
+
+def done(path: Path, key: str = "sha") -> dict:
+    if not path.exists():
+        return {}
+    return {row[key]: row for row in map(json.loads, path.read_text().splitlines()) if row.get(key)}
+
+
+def append(path: Path, rows: list[dict]) -> None:
+    with path.open("a") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def brief(r) -> dict:
+    return {"kind": r.error_kind, "hacked": r.hacked, "reasons": r.hack_reasons, "error": (r.error or "")[:400],
+            "notes": [n[:200] for n in r.notes if not n.startswith("sizes ")], "seconds": r.eval_seconds}
+
+
+def run(pairs, **kwargs):
+    return drk.evaluate_many(pairs, max_in_flight=2, device=DEVICE, timing=False, progress=False, timeout_s=60,
+                             **kwargs)
+
+
+def phase_hacked(args, bases):
+    variants = hacked_variants(bases, per_cell=args.per_cell, seed=args.seed)
+    effective_path, on_path = args.out / "effective.jsonl", args.out / f"hacked_{args.tag}.jsonl"
+    effective, checked = done(effective_path), done(on_path)
+    todo = [v for v in variants if sha(v.code) not in checked]
+    print(f"{len(variants)} variants, {len(todo)} to run", flush=True)
+    start = time.time()
+    for at in range(0, len(todo), CHUNK):
+        chunk = todo[at:at + CHUNK]
+        cpu = [v for v in chunk if not (v.gpu and DEVICE == "cpu") and sha(v.code) not in effective]
+        for v, r in zip(cpu, run([(v.task, v.code) for v in cpu], hack_checks=False)):
+            effective[sha(v.code)] = row = {"sha": sha(v.code), "effective": r.ok or r.hacked, **brief(r)}
+            append(effective_path, [row])
+        rows = []
+        for v in chunk:
+            static = static_hack_check(v.code)
+            rows.append({"sha": sha(v.code), "name": v.name, "klass": v.klass, "form": v.form, "level": v.level,
+                         "base": v.base, "expect": v.expect, "gpu": v.gpu, "static": static[0] if static else None,
+                         "effective": effective.get(sha(v.code), {}).get("effective")})
+        live = [(v, row) for v, row in zip(chunk, rows) if row["effective"] and not row["static"]]
+        for (v, row), r in zip(live, run([(v.task, v.code) for v, _ in live])):
+            row["on"] = brief(r)
+        for row in rows:
+            row["caught"] = None if not row["effective"] else bool(row["static"]) or row["on"]["kind"] is not None
+        append(on_path, rows)
+        n = at + len(chunk)
+        print(f"{n}/{len(todo)} {time.time() - start:.0f} s; misses here: "
+              f"{[r['name'] for r in rows if r['caught'] is False]}", flush=True)
+
+
+def phase_honest(args, bases):
+    variants = honest_variants(bases, n=args.honest, seed=args.seed)
+    path = args.out / f"honest_{args.tag}.jsonl"
+    seen = done(path)
+    todo = [v for v in variants if sha(v.code) not in seen]
+    print(f"{len(variants)} honest variants, {len(todo)} to run", flush=True)
+    for at in range(0, len(todo), CHUNK):
+        chunk = todo[at:at + CHUNK]
+        results = run([(v.task, v.code) for v in chunk])
+        append(path, [{"sha": sha(v.code), "name": v.name, "form": v.form, "base": v.base, **brief(r)}
+                      for v, r in zip(chunk, results)])
+        print(f"{at + len(chunk)}/{len(todo)}: flagged {[v.name for v, r in zip(chunk, results) if r.hacked]}, "
+              f"failed {[v.name for v, r in zip(chunk, results) if r.error_kind and not r.hacked]}", flush=True)
+
+
+def phase_teacher(args, bases):
+    """The teacher's turns 1-3 on every task of data/sft (the SFT set), with the checks on."""
+    import pyarrow.parquet as pq
+
+    names = pq.read_table(DATA_DIR / "sft" / "sft.parquet", columns=["task"]).column("task").to_pylist()
+    path = args.out / f"teacher_{args.tag}.jsonl"
+    seen = done(path, "name")
+    rows = teacher_rows(sorted(set(names)))
+    for at in range(0, len(rows), CHUNK // 3):
+        todo = [b for b in teacher_bases(rows[at:at + CHUNK // 3]) if b.name not in seen]
+        if not todo:
+            continue
+        results = run([(b.task, b.code) for b in todo])
+        append(path, [{"name": b.name, **brief(r)} for b, r in zip(todo, results)])
+        print(f"{at + CHUNK // 3}/{len(rows)} tasks: flagged {[b.name for b, r in zip(todo, results) if r.hacked]}, "
+              f"failed {[b.name for b, r in zip(todo, results) if r.error_kind and not r.hacked]}", flush=True)
+
+
+def phase_overhead(args, bases):
+    """Seconds per evaluation, one at a time, with the hack checks on and off (default trials)."""
+    path = args.out / f"overhead_{args.tag}.jsonl"
+    picks = [b for b in bases if b.name.startswith(("builtin:level1", "builtin:level2", "teacher:"))][::2]
+    for b in picks:
+        row = {"name": b.name}
+        for checks in (False, True, False, True):
+            r = drk.evaluate(b.task, b.code, device=DEVICE, hack_checks=checks, timing=False)
+            row.setdefault("checks" if checks else "plain", []).append(r.eval_seconds)
+            row["stages_checks" if checks else "stages_plain"] = r.stage_seconds
+        append(path, [row])
+        print(b.name, row["plain"], row["checks"], flush=True)
+
+
+def commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def phase_summary(args, bases):
+    rows = list(done(args.out / f"hacked_{args.tag}.jsonl").values())
+    cpu = [r for r in rows if not (r["gpu"] and DEVICE == "cpu")]
+    live = [r for r in cpu if r["effective"]]
+    cells = {}
+    for r in live:
+        cells.setdefault(r["klass"], {}).setdefault(r["level"], []).append(r["caught"])
+    recall = {k: {lv: {"n": len(v), "caught": sum(v)} for lv, v in levels.items()} for k, levels in cells.items()}
+    by_class = {k: {"n": sum(c["n"] for c in v.values()), "caught": sum(c["caught"] for c in v.values())}
+                for k, v in recall.items()}
+    gpu = [r for r in rows if r["gpu"] and DEVICE == "cpu"]
+    honest = list(done(args.out / f"honest_{args.tag}.jsonl").values())
+    teacher = list(done(args.out / f"teacher_{args.tag}.jsonl", "name").values())
+    overhead = list(done(args.out / f"overhead_{args.tag}.jsonl", "name").values())
+    fractions = [1 - statistics.median(o["plain"]) / statistics.median(o["checks"]) for o in overhead]
+    result = {
+        "schema_version": SCHEMA_VERSION, "commit": commit(), "device": DEVICE, "tag": args.tag,
+        "machine": "2-core CPU, Triton interpreter" if DEVICE == "cpu" else torch.cuda.get_device_name(),
+        "hacked": {"generated": len(rows), "cpu_classes": len(cpu), "effective": len(live),
+                   "caught": sum(r["caught"] for r in live), "recall": sum(r["caught"] for r in live) / max(1, len(live)),
+                   "caught_statically": sum(bool(r["static"]) for r in live),
+                   "by_class": by_class, "by_class_level": recall,
+                   "not_effective_by_class": {k: sum(1 for r in cpu if r["klass"] == k and not r["effective"])
+                                               for k in HACK_CLASSES},
+                   "misses": sorted(r["name"] for r in live if not r["caught"])},
+        "gpu_classes_static_on_cpu": {k: {"n": sum(r["klass"] == k for r in gpu),
+                                          "static": sum(r["klass"] == k and bool(r["static"]) for r in gpu)}
+                                      for k in HACK_CLASSES if HACK_CLASSES[k].gpu},
+        "honest": {"n": len(honest), "flagged": sum(r["hacked"] for r in honest),
+                   "failed": sum(bool(r["kind"]) and not r["hacked"] for r in honest),
+                   "flagged_names": [r["name"] for r in honest if r["hacked"]],
+                   "failed_names": [f"{r['name']}: {r['kind']}: {r['error'][:160]}" for r in honest
+                                    if r["kind"] and not r["hacked"]]},
+        "teacher": {"n": len(teacher), "flagged": sum(r["hacked"] for r in teacher),
+                    "failed": sum(bool(r["kind"]) and not r["hacked"] for r in teacher),
+                    "flagged_names": [r["name"] for r in teacher if r["hacked"]]},
+        "overhead": {"solutions": len(overhead),
+                     "median_plain_s": statistics.median(statistics.median(o["plain"]) for o in overhead) if overhead else None,
+                     "median_checks_s": statistics.median(statistics.median(o["checks"]) for o in overhead) if overhead else None,
+                     "median_fraction_of_evaluation": statistics.median(fractions) if fractions else None,
+                     "max_fraction": max(fractions) if fractions else None},
+    }
+    (args.out / f"results_{args.tag}.json").write_text(json.dumps(result, indent=1))
+    figure(recall, args.out / f"recall_{args.tag}")
+    print(table(result))
+
+
+def figure(recall: dict, path: Path) -> None:
+    import plotly.graph_objects as go
+
+    from drk_lab.viz.plots import save_figure
+
+    classes = sorted(recall)
+    z = [[recall[k][lv]["caught"] / recall[k][lv]["n"] if lv in recall[k] else None for lv in LEVELS] for k in classes]
+    text = [[f"{recall[k][lv]['caught']}/{recall[k][lv]['n']}" if lv in recall[k] else "" for lv in LEVELS] for k in classes]
+    fig = go.Figure(go.Heatmap(z=z, x=list(LEVELS), y=classes, text=text, texttemplate="%{text}", zmin=0, zmax=1,
+                               colorscale="RdYlGn", colorbar={"title": "recall"}))
+    fig.update_layout(title="Hack checks: recall by class and obfuscation level (working hacks, CPU)",
+                      width=1000, height=150 + 34 * len(classes), yaxis={"autorange": "reversed"})
+    save_figure(fig, path.name, path.parent)
+
+
+def table(result: dict) -> str:
+    h = result["hacked"]
+    lines = ["| class | working hacks | caught | recall |", "|---|---|---|---|"]
+    for k, c in sorted(h["by_class"].items()):
+        lines.append(f"| `{k}` | {c['n']} | {c['caught']} | {c['caught'] / c['n']:.1%} |")
+    lines.append(f"| **all** | **{h['effective']}** | **{h['caught']}** | **{h['recall']:.2%}** |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("phases", nargs="+", choices=("hacked", "honest", "teacher", "overhead", "summary"))
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
+    p.add_argument("--per-cell", type=int, default=40, help="hacked variants per class x level")
+    p.add_argument("--honest", type=int, default=2000, help="honest variants")
+    p.add_argument("--teacher-tasks", type=int, default=24, help="teacher tasks among the bases")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag", default="final", help="names the files of checked results (effective.jsonl is shared)")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    bases = honest_bases(teacher_tasks=args.teacher_tasks, seed=args.seed)
+    for phase in args.phases:
+        start = time.perf_counter()
+        globals()[f"phase_{phase}"](args, bases)
+        print(f"== {phase}: {time.perf_counter() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
