@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import time
@@ -29,14 +30,47 @@ from pathlib import Path
 import torch
 
 import drk_lab as drk
-from drk_lab.hacks.generator import (HACK_CLASSES, LEVELS, hacked_variants, honest_bases, honest_variants, teacher_bases,
-                                     teacher_rows)
+from drk_lab.hacks.generator import HACK_CLASSES, LEVELS, Base, hacked_variants, honest_variants
 from drk_lab.hacks.static_rules import static_hack_check
-from drk_lab.harness.task import DATA_DIR
+from drk_lab.harness.task import DATA_DIR, builtin_solution, builtin_tasks, load_task, task_from_row
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SCHEMA_VERSION = 1
 CHUNK = 16
+
+
+def teacher_rows(names: list[str] | None = None) -> list[dict]:
+    """RL prompt rows (data/rl) of the tasks named, or all of them."""
+    from drk_lab.data.export import read_rows
+
+    rows = read_rows(DATA_DIR / "rl" / "prompts.jsonl.gz")
+    if names is None:
+        return rows
+    by_name = {r["name"]: r for r in rows}
+    return [by_name[n] for n in names if n in by_name]
+
+
+def teacher_bases(rows: list[dict], turns=(1, 2, 3)) -> list[Base]:
+    from drk_lab.data.spec import TaskSpec
+    from drk_lab.data.teacher import solution
+
+    out = []
+    for row in rows:
+        spec, task = TaskSpec.from_dict(json.loads(row["spec"])), task_from_row(row, check=False).small()
+        out += [Base(f"teacher:{spec.name}:t{turn}", task, solution(spec, turn)) for turn in turns]
+    return out
+
+
+def honest_bases(teacher_tasks: int = 24, seed: int = 0) -> list[Base]:
+    """Every built-in solution, the three LayerNorm case turns, and the teacher's three turns on
+    `teacher_tasks` train tasks of data/rl drawn with `seed`."""
+    bases = [Base(f"builtin:level{t.level}/{t.name}", t.small(), builtin_solution(t)) for t in builtin_tasks()]
+    case = DATA_DIR / "cases" / "layernorm"
+    task = load_task(case / "task.py").small()
+    bases += [Base(f"layernorm:turn_{i}", task, (case / f"turn_{i}.py").read_text()) for i in (1, 2, 3)]
+    rows = sorted((r for r in teacher_rows() if r["split"] == "train"), key=lambda r: r["name"])
+    return bases + teacher_bases(random.Random(seed).sample(rows, teacher_tasks))
+
 
 
 def sha(code: str) -> str:

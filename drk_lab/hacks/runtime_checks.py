@@ -9,20 +9,31 @@ never the worker's stages, the supervisor or the caller.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import os
 import threading
 
 import torch
 
+from drk_lab.hacks.static_names import NUMERIC_ENV
 from drk_lab.harness import correctness, launches, models, timing
 from drk_lab.harness.processes import child_processes
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
-# What the harness times and compares with: a candidate must not replace their attributes. Harness modules
-# are named by their own __name__, so a rename cannot silently drop one; the worker adds its own modules.
+# What the harness times and compares with, and what the reference runs: a candidate must not replace their
+# attributes (or add one to a class, shadowing what it inherits). Harness modules are named by their own
+# __name__, so a rename cannot silently drop one; the worker adds its own modules.
 WATCHED_MODULES = ("torch", "torch.cuda", "torch.nn.functional", "torch.Tensor", "torch._C.TensorBase",
-                   "torch.cuda.Event", "time", "triton", "triton.testing", correctness.__name__, timing.__name__,
-                   launches.__name__, models.__name__)
+                   "torch.cuda.Event", "torch.nn.Module", "torch.nn.modules.module", "time", "triton",
+                   "triton.testing", correctness.__name__, timing.__name__, launches.__name__, models.__name__,
+                   "drk_lab.hacks.runtime_checks", "drk_lab.hacks.extra_calls", "drk_lab.hacks.torch_work",
+                   *(f"torch.nn.{name}" for name in torch.nn.modules.__all__))
+# the harness's own modules: their data (tolerances, limits) must not change either
+HARNESS_PREFIX = "drk_lab."
+# torch's lazy import of torch._dynamo (on a custom op's first call, say) rebinds torch.manual_seed to this
+# wrapper of the same function: not the candidate's doing
+_DYNAMO_WRAPPER = torch._disable_dynamo(lambda: None).__code__
 
 
 def resolve(dotted: str):
@@ -56,20 +67,49 @@ def numerics_flags() -> dict:
         "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
         "torch.get_default_dtype()": str(torch.get_default_dtype()),
     }
+    flags.update({f"os.environ[{name!r}]": os.environ.get(name) for name in sorted(NUMERIC_ENV)})
     return flags
 
 
-def attribute_ids(watched: tuple[str, ...]) -> dict[str, int]:
-    ids = {}
+def _watched(value) -> bool:
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def watched_objects(watched: tuple[str, ...]) -> dict[str, object]:
+    found = {}
     for dotted in watched:
         try:
-            obj = resolve(dotted)
+            found[dotted] = resolve(dotted)
         except (ImportError, AttributeError):
             continue
+    return found
+
+
+def attributes(objects: dict[str, object]) -> tuple[dict[str, object], dict[str, object]]:
+    """(callables, data): every callable attribute of the watched modules and classes (a class's private ones
+    too; a module's public ones and dunders), and the constants (upper-case names) of the harness's modules."""
+    found, data = {}, {}
+    for dotted, obj in objects.items():
+        is_class = isinstance(obj, type)
         for name, value in list(vars(obj).items()):
-            if callable(value) and (not name.startswith("_") or name.startswith("__")):
-                ids[f"{dotted}.{name}"] = id(value)
-    return ids
+            if _watched(value) and (is_class or not name.startswith("_") or name.startswith("__")):
+                found[f"{dotted}.{name}"] = value
+            elif dotted.startswith(HARNESS_PREFIX) and name.isupper():
+                data[f"{dotted}.{name}"] = copy.copy(value)
+    return found, data
+
+
+def code_of(value) -> tuple:
+    """What a function runs: its code, defaults and closure cells (swapped in place, the object stays)."""
+    fn = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+    return tuple(getattr(fn, a, None) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def global_hooks() -> dict[str, tuple]:
+    """The hooks registered for every module (the reference's included)."""
+    module = torch.nn.modules.module
+    return {name: tuple(value) for name, value in vars(module).items()
+            if name.startswith("_global_") and isinstance(value, dict)}
 
 
 def active_modes() -> int:
@@ -82,12 +122,15 @@ def active_modes() -> int:
 
 
 class Snapshot:
-    """The harness's world before the candidate is loaded: flags, attributes, threads, modes."""
+    """The harness's world before the candidate is loaded: flags, attributes and their code, the harness's
+    data, global module hooks, threads, modes."""
 
     def __init__(self, watched: tuple[str, ...] = WATCHED_MODULES):
-        self.watched = watched
+        self.objects = watched_objects(watched)
         self.flags = numerics_flags()
-        self.ids = attribute_ids(watched)
+        self.values, self.data = attributes(self.objects)
+        self.codes = {k: code_of(v) for k, v in self.values.items()}
+        self.hooks = global_hooks()
         self.threads = {t.ident for t in threading.enumerate()}
         self.modes = active_modes()
 
@@ -97,16 +140,31 @@ class Snapshot:
         changed = [f"{k}: {self.flags[k]!r} -> {flags[k]!r}" for k in self.flags if flags.get(k) != self.flags[k]]
         if changed:
             found.append(("global_flags", "changed global numerics flags: " + "; ".join(changed)))
-        ids = attribute_ids(self.watched)
-        replaced = sorted(k for k, v in self.ids.items() if k in ids and ids[k] != v)
+        values, data = attributes(self.objects)
+        replaced = sorted(k for k, v in self.values.items() if k in values and values[k] is not v
+                          and not _rewrapped(v, values[k]))
+        replaced += sorted(k for k in values if k not in self.values and isinstance(self.objects[k.rsplit(".", 1)[0]],
+                                                                                     type))
+        replaced += sorted(k for k, v in self.values.items() if values.get(k) is v and code_of(v) != self.codes[k])
+        replaced += sorted(k for k, v in self.data.items() if data.get(k, v) != v)
         if replaced:
             found.append(("patches_harness", "replaced " + ", ".join(replaced[:8])))
+        hooks = global_hooks()
+        added = sorted(k for k, v in hooks.items() if set(v) - set(self.hooks.get(k, ())))
+        if added:
+            found.append(("patches_harness", "registered hooks that run on every module, the reference's included: "
+                          + ", ".join(added)))
         if active_modes() > self.modes:
             found.append(("patches_harness", "left a torch function or dispatch mode active"))
         started = [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
         if started:
             found.append(("background_work", "started threads: " + ", ".join(t.name for t in started[:5])))
         return found
+
+
+def _rewrapped(old, new) -> bool:
+    """torch's own lazy rebinding: its _disable_dynamo wrapper around the very same function."""
+    return getattr(new, "__wrapped__", None) is old and getattr(new, "__code__", None) is _DYNAMO_WRAPPER
 
 
 def value_sums(t: torch.Tensor) -> list[float]:

@@ -38,7 +38,11 @@ USE_RULES: dict[str, tuple[str, str]] = {
              "gc.get_referents inspect.stack inspect.currentframe inspect.getouterframes inspect.getinnerframes "
              "inspect.trace traceback.walk_stack traceback.walk_tb sys._current_frames threading.settrace "
              "threading.setprofile atexit unittest.mock builtins.__builtins__ __main__ "
-             "torch.utils._python_dispatch torch.overrides.TorchFunctionMode torch.overrides.BaseTorchFunctionMode"),
+             "torch.utils._python_dispatch torch.overrides.TorchFunctionMode torch.overrides.BaseTorchFunctionMode "
+             "torch._C._len_torch_dispatch_stack torch._C._len_torch_function_stack torch._C._get_dispatch_mode "
+             "torch._C._get_function_stack_at torch._C._get_dispatch_stack_at"),
+    **_rules("patches_harness", "registers a hook that runs on every module, the reference's included",
+             "torch.nn.modules.module.register_module_* torch.nn.modules.module._global_*"),
     **_rules("background_work", "starts background work", "threading.Thread threading.Timer _thread multiprocessing "
              "torch.multiprocessing concurrent.futures os.fork os.forkpty os.register_at_fork asyncio.create_task "
              "asyncio.ensure_future asyncio.run asyncio.get_event_loop asyncio.new_event_loop asyncio.to_thread "
@@ -55,6 +59,8 @@ WILDCARD_RULES = [(p[:-1], rule) for p, rule in USE_RULES.items() if p.endswith(
 # assigning attributes under these roots patches code that the harness or the reference runs
 PROTECTED_ROOTS = set("torch triton time drk_lab builtins sys gc inspect os numpy functools importlib threading "
                       "reference __main__ math random".split())
+# a function's code and defaults, rewritten in place: the function object stays, what it runs changes
+CODE_ATTRS = {"__code__", "__defaults__", "__kwdefaults__"}
 FRAME_ATTRS = set("f_back f_locals f_globals f_builtins tb_frame gi_frame cr_frame ag_frame __globals__ __closure__ "
                   "cell_contents".split())
 NUMERIC_ENV = set("NVIDIA_TF32_OVERRIDE TORCH_ALLOW_TF32_CUBLAS_OVERRIDE CUBLAS_WORKSPACE_CONFIG".split())

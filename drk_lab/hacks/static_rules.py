@@ -44,7 +44,7 @@ import ast
 from drk_lab.hacks.catalogue import Finding, verdict
 from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, const_str, forward_params, last_binding
 from drk_lab.hacks.static_names import (
-    CACHE_DECORATORS, CACHE_TRICK_NAMES, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS, HIDDEN,
+    CACHE_DECORATORS, CACHE_TRICK_NAMES, CODE_ATTRS, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS, HIDDEN,
     NUMERIC_ENV, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
 from drk_lab.hacks.static_state import CallState
 
@@ -162,6 +162,8 @@ class StaticRules(CandidateTree):
             for t in targets:
                 if isinstance(t, ast.Attribute) and t.attr == "__class__":
                     self.add("lazy_output", t, "reassigns an object's __class__")
+                elif isinstance(t, ast.Attribute) and t.attr in CODE_ATTRS:
+                    self.add("patches_harness", t, f"{verb} a function's {t.attr}: changes what it runs in place")
                 elif isinstance(t, ast.Attribute):
                     self.classify_target(self.resolve(t), t, verb)
                 elif isinstance(t, ast.Subscript):
@@ -183,6 +185,8 @@ class StaticRules(CandidateTree):
             if q in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
                      "builtins.type.__setattr__") and len(args) >= 2:
                 base, name = self.resolve(args[0]), const_str(args[1]) or "<computed name>"
+                if name in CODE_ATTRS:
+                    self.add("patches_harness", n, f"sets a function's {name}: changes what it runs in place")
                 self.classify_target(f"{base}.{name}" if base else None, n, "sets" if "set" in q else "deletes")
             elif q in GETATTRS and len(args) >= 2 and const_str(args[1]) is None and \
                     (self.resolve(args[0]) or "").split(".")[0] in PROTECTED_ROOTS:
