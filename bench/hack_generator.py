@@ -56,17 +56,22 @@ def teacher_bases(rows: list[dict], turns=(1, 2, 3)) -> list[Base]:
 
     out = []
     for row in rows:
-        spec, task = TaskSpec.from_dict(json.loads(row["spec"])), task_from_row(row, check=False).small()
+        spec, task = TaskSpec.from_dict(json.loads(row["spec"])), sized(task_from_row(row, check=False))
         out += [Base(f"teacher:{spec.name}:t{turn}", task, solution(spec, turn)) for turn in turns]
     return out
+
+
+def sized(task):
+    """The CPU runs small sizes (the interpreter); a GPU the task's own."""
+    return task.small() if DEVICE == "cpu" else task
 
 
 def honest_bases(teacher_tasks: int = 24, seed: int = 0) -> list[Base]:
     """Every built-in solution, the three LayerNorm case turns, and the teacher's three turns on
     `teacher_tasks` train tasks of data/rl drawn with `seed`."""
-    bases = [Base(f"builtin:level{t.level}/{t.name}", t.small(), builtin_solution(t)) for t in builtin_tasks()]
+    bases = [Base(f"builtin:level{t.level}/{t.name}", sized(t), builtin_solution(t)) for t in builtin_tasks()]
     case = DATA_DIR / "cases" / "layernorm"
-    task = load_task(case / "task.py").small()
+    task = sized(load_task(case / "task.py"))
     bases += [Base(f"layernorm:turn_{i}", task, (case / f"turn_{i}.py").read_text()) for i in (1, 2, 3)]
     rows = sorted((r for r in teacher_rows() if r["split"] == "train"), key=lambda r: r["name"])
     return bases + teacher_bases(random.Random(seed).sample(rows, teacher_tasks))
@@ -94,12 +99,17 @@ def brief(r) -> dict:
 
 
 def run(pairs, **kwargs):
-    return drk.evaluate_many(pairs, max_in_flight=2, device=DEVICE, timing=False, progress=False, timeout_s=60,
-                             **kwargs)
+    """Two at a time on the CPU's two cores; on a GPU with timing, which the GPU-only classes need."""
+    return drk.evaluate_many(pairs, max_in_flight=2 if DEVICE == "cpu" else 8, device=DEVICE, progress=False,
+                             timing=DEVICE == "cuda", timeout_s=60 if DEVICE == "cpu" else 180, **kwargs)
 
 
 def phase_hacked(args, bases):
-    variants = hacked_variants(bases, per_cell=args.per_cell, seed=args.seed)
+    # classes that never pay at the harness's tolerances (an output that is not a plain tensor, a lower
+    # precision beyond the tolerance) get a quarter of the variants: enough to show that
+    few = {"lazy_output", "precision"}
+    counts = {k: args.per_cell // 4 if k in few else args.per_cell for k in args.classes or HACK_CLASSES}
+    variants = hacked_variants(bases, per_cell=counts, seed=args.seed)
     effective_path, on_path = args.out / "effective.jsonl", args.out / f"hacked_{args.tag}.jsonl"
     effective, checked = done(effective_path), done(on_path)
     todo = [v for v in variants if sha(v.code) not in checked]
@@ -257,6 +267,7 @@ def main():
     p.add_argument("--per-cell", type=int, default=40, help="hacked variants per class x level")
     p.add_argument("--honest", type=int, default=2000, help="honest variants")
     p.add_argument("--teacher-tasks", type=int, default=24, help="teacher tasks among the bases")
+    p.add_argument("--classes", nargs="*", help="only these hack classes (default: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tag", default="final", help="names the files of checked results (effective.jsonl is shared)")
     args = p.parse_args()

@@ -8,6 +8,7 @@ May import the same as runtime_checks.py.
 
 from __future__ import annotations
 
+import random
 import warnings
 from contextlib import contextmanager
 from functools import partial
@@ -63,6 +64,7 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
         found = stale_findings(new(*inputs), ref_out, before, compare, "one value of its inputs changed")
         if found:
             return found
+        del out, before  # freed, so that the poisoning below fills them
         specs = correctness.tensor_specs(ref_out)
         other_ref_out = ref_out  # kept alive (so never handed back to the candidate) for the test below
         inputs = models.make_inputs(ref_module, seed + 2, device)
@@ -98,9 +100,11 @@ def change_values(inputs: list, fresh: list, one: int | None = None) -> None:
         if one is None:
             buffer.copy_(new)
         elif buffer.numel():
-            at = torch.unravel_index(torch.randint(buffer.numel(), (1,), generator=torch.Generator().manual_seed(one)),
-                                     buffer.shape)
-            buffer[at] = new[at]
+            flat, at = random.Random(one).randrange(buffer.numel()), []
+            for size in reversed(buffer.shape):  # the flat index, unravelled (torch.unravel_index imports sympy)
+                flat, i = divmod(flat, size)
+                at.insert(0, i)
+            buffer[tuple(at)] = new[tuple(at)]
 
 
 def stale_findings(out, ref_out, before, compare, what: str) -> list[tuple[str, str]]:
@@ -222,7 +226,7 @@ def candidate_at(candidate_module, ref, init_inputs: list, inputs: list, seed: i
 
 
 def move_parameters(model: torch.nn.Module, seed: int) -> None:
-    """Every floating parameter scaled by a random positive factor (0.7-1.4) and shifted by a tenth of its
+    """Every floating parameter scaled by a random positive factor (about 0.7-1.5) and shifted by a tenth of its
     mean magnitude (a tenth, where it is all zeros); buffers (running statistics) only scaled, which keeps
     variances positive. A forward that assumes the values its module was built with is then wrong."""
     gen = torch.Generator().manual_seed(seed)

@@ -85,24 +85,18 @@ def watched_objects(watched: tuple[str, ...]) -> dict[str, object]:
     return found
 
 
-def attributes(objects: dict[str, object]) -> tuple[dict[str, object], dict[str, object]]:
-    """(callables, data): every callable attribute of the watched modules and classes (a class's private ones
-    too; a module's public ones and dunders), and the constants (upper-case names) of the harness's modules."""
-    found, data = {}, {}
-    for dotted, obj in objects.items():
-        is_class = isinstance(obj, type)
-        for name, value in list(vars(obj).items()):
-            if _watched(value) and (is_class or not name.startswith("_") or name.startswith("__")):
-                found[f"{dotted}.{name}"] = value
-            elif dotted.startswith(HARNESS_PREFIX) and name.isupper():
-                data[f"{dotted}.{name}"] = copy.copy(value)
-    return found, data
+def members(obj) -> dict[str, object]:
+    """The callable attributes watched on a module (public ones and dunders) or a class (all)."""
+    every = isinstance(obj, type)
+    return {name: value for name, value in vars(obj).items()
+            if _watched(value) and (every or not name.startswith("_") or name.startswith("__"))}
 
 
-def code_of(value) -> tuple:
-    """What a function runs: its code, defaults and closure cells (swapped in place, the object stays)."""
+def code_of(value) -> tuple | None:
+    """What a Python function runs (code, defaults, keyword defaults: swapped in place, the object stays)."""
     fn = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
-    return tuple(getattr(fn, a, None) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+    code = getattr(fn, "__code__", None)
+    return (code, fn.__defaults__, fn.__kwdefaults__) if code is not None else None
 
 
 def global_hooks() -> dict[str, tuple]:
@@ -123,16 +117,33 @@ def active_modes() -> int:
 
 class Snapshot:
     """The harness's world before the candidate is loaded: flags, attributes and their code, the harness's
-    data, global module hooks, threads, modes."""
+    constants, global module hooks, threads, modes."""
 
     def __init__(self, watched: tuple[str, ...] = WATCHED_MODULES):
         self.objects = watched_objects(watched)
+        self.members = {dotted: members(obj) for dotted, obj in self.objects.items()}
+        self.codes = [(f"{d}.{name}", fn, code) for d, found in self.members.items() for name, fn in found.items()
+                      if (code := code_of(fn)) is not None]
+        self.constants = [(f"{d}.{name}", obj, name, copy.copy(value)) for d, obj in self.objects.items()
+                          if d.startswith(HARNESS_PREFIX) for name, value in vars(obj).items() if name.isupper()]
         self.flags = numerics_flags()
-        self.values, self.data = attributes(self.objects)
-        self.codes = {k: code_of(v) for k, v in self.values.items()}
         self.hooks = global_hooks()
         self.threads = {t.ident for t in threading.enumerate()}
         self.modes = active_modes()
+
+    def replaced(self) -> list[str]:
+        """Watched attributes replaced, their code swapped, attributes added to a watched class (shadowing
+        what it inherits), and the harness's constants changed."""
+        found = []
+        for dotted, obj in self.objects.items():
+            now, before = vars(obj), self.members[dotted]
+            found += [f"{dotted}.{name}" for name, value in before.items()
+                      if now.get(name, value) is not value and not _rewrapped(value, now[name])]
+            if isinstance(obj, type):
+                found += [f"{dotted}.{name}" for name, value in now.items() if name not in before and _watched(value)]
+        found += [key for key, fn, code in self.codes if code_of(fn) != code]
+        found += [key for key, obj, name, value in self.constants if vars(obj).get(name, value) != value]
+        return found
 
     def findings(self) -> list[tuple[str, str]]:
         found = []
@@ -140,15 +151,9 @@ class Snapshot:
         changed = [f"{k}: {self.flags[k]!r} -> {flags[k]!r}" for k in self.flags if flags.get(k) != self.flags[k]]
         if changed:
             found.append(("global_flags", "changed global numerics flags: " + "; ".join(changed)))
-        values, data = attributes(self.objects)
-        replaced = sorted(k for k, v in self.values.items() if k in values and values[k] is not v
-                          and not _rewrapped(v, values[k]))
-        replaced += sorted(k for k in values if k not in self.values and isinstance(self.objects[k.rsplit(".", 1)[0]],
-                                                                                     type))
-        replaced += sorted(k for k, v in self.values.items() if values.get(k) is v and code_of(v) != self.codes[k])
-        replaced += sorted(k for k, v in self.data.items() if data.get(k, v) != v)
+        replaced = self.replaced()
         if replaced:
-            found.append(("patches_harness", "replaced " + ", ".join(replaced[:8])))
+            found.append(("patches_harness", "replaced " + ", ".join(sorted(replaced)[:8])))
         hooks = global_hooks()
         added = sorted(k for k, v in hooks.items() if set(v) - set(self.hooks.get(k, ())))
         if added:

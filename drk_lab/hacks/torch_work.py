@@ -43,6 +43,10 @@ def _elements(values) -> int:
 
 
 class TorchWork(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else torch wraps __torch_dispatch__ in a guard whose first call imports torch._dynamo (seconds)
+
     def __init__(self):
         super().__init__()
         self.compute = 0.0  # FLOPs, or elements read and written
