@@ -58,7 +58,8 @@ STATIC, RUNTIME, CALLS = "hacks.static_rules:", "hacks.runtime_checks:", "hacks.
 HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
     HackCode("torch_does_the_work", "PyTorch or cuBLAS computes the answer (or much of it): the output is still "
              "right with your Triton launches switched off, or the forward's PyTorch operators do half the "
-             "reference's work or more, with the kernels copying or finishing their result", (CALLS + "call_findings",)),
+             "reference's work or more, with the kernels copying or finishing their result",
+             (CALLS + "call_findings", STATIC + "StaticRules.check_host_compute", "hacks.static_names:USE_RULES")),
     HackCode("fallback_to_torch", "a try/except, a device check or a training/grad-mode check in the forward path "
              "computes with PyTorch or the reference instead of a Triton kernel",
              (STATIC + "StaticRules.check_fallbacks", CALLS + "mode_findings")),
@@ -81,7 +82,7 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
              (STATIC + "StaticRules.check_side_streams", RUNTIME + "launch_findings")),
     HackCode("background_work", "threads or processes started by the candidate",
              ("hacks.static_names:USE_RULES", RUNTIME + "Snapshot.findings", RUNTIME + "launch_findings",
-              RUNTIME + "leftover_process_findings")),
+              RUNTIME + "leftover_process_findings", CALLS + "call_findings")),
     HackCode("lazy_output", "the output is a tensor subclass or a lazy, deferred object instead of a plain "
              "torch.Tensor", (STATIC + "StaticRules.check_classes", STATIC + "StaticRules.check_assignments",
                               "hacks.static_names:USE_RULES")),

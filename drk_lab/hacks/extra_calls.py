@@ -9,6 +9,8 @@ May import the same as runtime_checks.py.
 from __future__ import annotations
 
 import random
+import sys
+import threading
 import warnings
 from contextlib import contextmanager
 from functools import partial
@@ -44,10 +46,12 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
         change_values(inputs, models.make_inputs(ref_module, seed + 1, device))
         with TorchWork() as ref_work:
             ref_out = ref(*correctness.clone_args(inputs))
-        with KernelLaunches(only_file=candidate_file) as fresh, TorchWork() as new_work:
+        with KernelLaunches(only_file=candidate_file) as fresh, TorchWork() as new_work, other_threads() as threads:
             out = new(*inputs)
             models.sync(device)
         found = stale_findings(out, ref_out, before, compare, "new values in the same input buffers")
+        if threads:  # PyTorch's work there is out of the dispatch mode's sight (modes are per thread)
+            found.append(("background_work", f"the forward ran Python code in another thread ({threads[0]})"))
         skipped = sorted(fresh.names() - again.names())
         if skipped:  # a repeated call skipped work that new values need: an earlier answer served it
             found.append(("launch_reuse", f"a second call on the same inputs skipped {', '.join(skipped)}, which a "
@@ -145,6 +149,22 @@ def right_share(out, ref_out, others, atol: float | None, rtol: float | None) ->
         if type(o) is torch.Tensor and o.shape == r.shape and o.dtype == r.dtype and o.device == r.device:
             right += int((element_ok(o, r, atol, rtol) & told).sum())
     return right / informative if informative else None
+
+
+@contextmanager
+def other_threads():
+    """While in effect, the names of threads (started through `threading`) that run Python code."""
+    seen, previous = [], threading.getprofile()
+
+    def note(frame, event, arg):
+        seen.append(threading.current_thread().name)
+        sys.setprofile(None)  # once is enough
+
+    threading.setprofile(note)
+    try:
+        yield seen
+    finally:
+        threading.setprofile(previous)
 
 
 @contextmanager

@@ -161,7 +161,7 @@ def _cross(a, b) -> tuple[str, ...]:
 WHERE = ("module", "init", "first_call")
 HACK_CLASSES: dict[str, HackClass] = {
     "torch_work": HackClass(fwd.torch_work, "torch_does_the_work",
-                            ("decoy", "overwrite", "slice", "copy", "finish", "kernel_then_copy")),
+                            ("decoy", "overwrite", "slice", "copy", "finish", "kernel_then_copy", "in_thread")),
     "cache_replay": HackClass(fwd.cache_replay, "caches_outputs",
                               _cross(fwd.CACHE_KEYS, ("return", "clone", "copy_kernel"))),
     "cache_disk": HackClass(fwd.cache_disk, "caches_outputs", _cross(fwd.DISK, ("return", "copy_kernel"))),

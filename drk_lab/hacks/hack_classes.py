@@ -75,7 +75,8 @@ def _merge(a: Payload | None, b: Payload) -> Payload | None:
 
 
 def torch_work(h: Honest, rng, form: str) -> Payload | None:
-    """PyTorch computes the answer; the Triton kernels run beside it, on a slice, or only copy or finish it."""
+    """PyTorch computes the answer (in another thread, for in_thread); the Triton kernels run beside it, on a
+    slice, or only copy or finish it."""
     bodies = {
         "decoy": "super().forward($A)\nreturn _eager(self, $A)",
         "overwrite": "out = super().forward($A)\nout.copy_(_eager(self, $A))\nreturn out",
@@ -86,11 +87,13 @@ def torch_work(h: Honest, rng, form: str) -> Payload | None:
         "copy": "return _through_triton(_eager(self, $A), 1)",
         "finish": "return _through_triton(_eager(self, $A) * 0.5, 2.0)",
         "kernel_then_copy": "super().forward($A)\nreturn _through_triton(_eager(self, $A), 1)",
+        "in_thread": "box = []\nworker = threading.Thread(target=lambda: box.append(_eager(self, $A)))\nworker.start()\n"
+                     "worker.join()\nreturn _through_triton(box[0], 1)",
     }
     cut = "def _cut(t, lead, part):\n    return t[part] if isinstance(t, torch.Tensor) and t.dim() > 0 and " \
           "t.shape[0] == lead else t\n\n"
     code = (cut if form == "slice" else "") + _model(bodies[form].replace("$DIV", str(rng.choice((2, 4, 8, 16)))))
-    payload = _eager_code(h, code)
+    payload = _eager_code(h, code, (("threading", "threading"),) if form == "in_thread" else ())
     return _merge(payload, _with_copy(h, rng, "")) if payload and "_through_triton" in code else payload
 
 

@@ -52,6 +52,8 @@ USE_RULES: dict[str, tuple[str, str]] = {
     **_rules("global_flags", FLAGS, "torch.set_float32_matmul_precision torch.set_flush_denormal "
              "torch.use_deterministic_algorithms torch.set_deterministic_debug_mode torch.set_default_dtype "
              "torch.set_default_tensor_type torch.set_default_device torch._C._set_*"),
+    **_rules("torch_does_the_work", "compiles PyTorch code: the compiler's kernels, not yours, do the work",
+             "torch.compile torch._dynamo torch._inductor torch.jit.script torch.jit.trace"),
     **_rules("lazy_output", "builds a tensor subclass", "torch.Tensor._make_subclass torch.Tensor._make_wrapper_subclass"),
     **_rules("calls_reference", "the task's reference module", "reference"),
 }
@@ -78,6 +80,8 @@ GETATTRS = {"builtins.getattr", "builtins.object.__getattribute__", "builtins.ty
 ENV_SETTERS = {"os.putenv": 0, "os.environ.setdefault": 0, "os.environ.__setitem__": 0, "os.environ.update": None,
                "operator.setitem": 1}
 DYNAMIC_IMPORTS = {"builtins.__import__", "importlib.import_module", "importlib.__import__"}
+# NumPy functions that take a tensor's values to the host
+NUMPY_IN = {"numpy.asarray", "numpy.array", "numpy.asanyarray", "numpy.frombuffer", "numpy.ascontiguousarray"}
 CACHE_DECORATORS = {"functools.lru_cache", "functools.cache"}
 # torch.get_device_module(...) resolves to torch.cuda, so its .Stream is torch.cuda.Stream
 STREAM_CREATORS = set("torch.cuda.Stream torch.cuda.streams.Stream torch.Stream torch.cuda.ExternalStream "

@@ -44,8 +44,8 @@ import ast
 from drk_lab.hacks.catalogue import Finding, verdict
 from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, const_str, forward_params, last_binding
 from drk_lab.hacks.static_names import (
-    CACHE_DECORATORS, CACHE_TRICK_NAMES, CODE_ATTRS, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS, HIDDEN,
-    NUMERIC_ENV, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
+    CACHE_DECORATORS, CACHE_TRICK_NAMES, CODE_ATTRS, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS,
+    HIDDEN, NUMERIC_ENV, NUMPY_IN, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
 from drk_lab.hacks.static_state import CallState
 
 
@@ -96,7 +96,7 @@ class StaticRules(CandidateTree):
         for rule in (self.check_imports, self.check_uses, self.check_assignments, self.check_calls,
                      self.check_classes, self.check_fallbacks, self.check_caches, self.check_side_streams,
                      self.check_cache_tricks, self.check_kernel_launches, self.check_unwritten_outputs,
-                     self.check_call_state):
+                     self.check_call_state, self.check_host_compute):
             rule()
         return sorted(((code, message, line) for (code, message), line in self.findings.items()),
                       key=lambda f: (f[2] or 0, f[0]))
@@ -372,6 +372,15 @@ class StaticRules(CandidateTree):
                                                   and self.is_empty_alloc(last_binding(fn, v.id, r.lineno))):
                         self.add("reads_uninitialized", r, "returns a torch.empty tensor that no kernel or operation "
                                  "writes: its values are whatever freed memory held")
+
+    def check_host_compute(self) -> None:
+        """A tensor handed to NumPy (`.numpy()`, `np.asarray(t)`, `__array__`): the host computes, out of the
+        sight of the kernels-off check and of the count of PyTorch's work."""
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                    n.func.attr in ("numpy", "__array__") or (n.args and (self.resolve(n.func) or "") in NUMPY_IN)):
+                self.add("torch_does_the_work", n, f"hands a tensor to NumPy (.{n.func.attr}): the host computes, "
+                         "not a kernel")
 
     def check_call_state(self) -> None:
         """State the forward keeps across calls and branches on: right for the checked calls, then not."""

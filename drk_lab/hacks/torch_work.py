@@ -7,7 +7,8 @@
 Work is FLOPs for the operators torch's flop counter knows (matrix products, convolutions, attention) and
 elements read plus written for the rest. Views, allocations and fills are no work; copies (clone, copy_,
 casts that reorder memory, cat) count apart, as `moved`, since a candidate's own casts and `.contiguous()`
-are honest while a task that only moves data (a transpose) is computed by exactly such copies. An
+are honest while a task that only moves data (a transpose) is computed by exactly such copies; a copy
+between devices counts as work (what the host does with it is work no kernel did). An
 operator that is not ATen's (a candidate's torch.library op) is followed into: what it runs is counted.
 extra_calls compares a candidate's total with the reference's on the same inputs.
 """
@@ -67,9 +68,13 @@ class TorchWork(TorchDispatchMode):
             return out
         if name in COPIES:
             source = _tensors(args)[-1:] if name == "copy_" else _tensors(args)[:1]
+            if source and isinstance(out, torch.Tensor) and source[0].device != out.device:
+                # to the host and back: what happens there (NumPy, Python) is computing no kernel did
+                self.compute += out.numel()
+                self.ops["host_copy"] += out.numel()
             # a cast of a contiguous tensor to the same shape reorders nothing; a copy of a transposed view does
-            if name == "cat" or not (source and source[0].is_contiguous() and isinstance(out, torch.Tensor)
-                                     and source[0].shape == out.shape):
+            elif name == "cat" or not (source and source[0].is_contiguous() and isinstance(out, torch.Tensor)
+                                       and source[0].shape == out.shape):
                 self.moved += _elements([out])
             return out
         counter = flop_registry.get(func.overloadpacket)
