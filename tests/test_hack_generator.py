@@ -275,6 +275,21 @@ def test_parameters_it_was_built_with_are_not_enough(results):
     assert "once the parameters differ from the values it was built with" in r.error
 
 
+def test_moved_parameters_differ_everywhere_and_stay_valid():
+    import torch
+
+    from drk_lab.hacks.extra_calls import move_parameters
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 72), torch.nn.LayerNorm(72), torch.nn.BatchNorm1d(72))
+    model[2].running_var.uniform_(0.5, 2.0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    move_parameters(model, seed=1)
+    for k, v in model.state_dict().items():
+        if v.is_floating_point():
+            assert (v != before[k]).float().mean() > 0.9, k  # a LayerNorm's weight of ones too
+    assert (model[2].running_var > 0).all() and model[2].num_batches_tracked == before["2.num_batches_tracked"]
+
+
 def test_a_triton_custom_op_is_not_a_patch(results):
     r = results["custom_op"]  # its first call imports torch._dynamo, which rebinds torch.manual_seed
     assert r.ok, r.error

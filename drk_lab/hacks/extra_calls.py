@@ -246,19 +246,19 @@ def candidate_at(candidate_module, ref, init_inputs: list, inputs: list, seed: i
 
 
 def move_parameters(model: torch.nn.Module, seed: int) -> None:
-    """Every floating parameter scaled by a random positive factor (about 0.7-1.5) and shifted by a tenth of its
-    mean magnitude (a tenth, where it is all zeros); buffers (running statistics) only scaled, which keeps
-    variances positive. A forward that assumes the values its module was built with is then wrong."""
+    """Every floating parameter and buffer gets its own values in another order (the distribution the
+    constructor drew them from: nothing overflows) and a shift by a tenth of its mean magnitude (a tenth,
+    where it is all zeros: a LayerNorm's bias, a running mean), upwards only for buffers (a running variance
+    stays positive). A forward that assumes the values its module was built with is then wrong."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for tensors, shift in ((model.parameters(), True), (model.buffers(), False)):
+        for tensors, upwards in ((model.parameters(), False), (model.buffers(), True)):
             for t in tensors:
                 if not t.is_floating_point() or not t.numel():
                     continue
-                noise = torch.randn((2, *t.shape), generator=gen).to(t.device, t.dtype)
-                t.mul_(torch.exp(0.2 * noise[0]))
-                if shift:
-                    t.add_(0.1 * noise[1] * float(t.abs().mean() or 1.0))
+                t.copy_(t.reshape(-1)[torch.randperm(t.numel(), generator=gen).to(t.device)].view_as(t))
+                noise = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
+                t.add_(0.1 * (noise.abs() if upwards else noise) * float(t.abs().mean() or 1.0))
 
 
 def timed_output_findings(ref, new, pristine: list, timed_inputs: list, timed_outputs: dict, ref_module, *,
