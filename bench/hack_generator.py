@@ -7,7 +7,7 @@ Each phase appends a JSON line per variant to a file in DIR as it goes and skips
 there, so a run that stops loses nothing and the same command resumes it:
 - hacked: every class x obfuscation level. A variant is first run with hack_checks=False: it is a working
   hack (`effective`) when that run pays it (correct), or when an always-on check (input mutation) stops
-  it. Effective variants then run with the checks (`hacked_<tag>.jsonl`; a new --tag after a fix reruns
+  it (two trials). Effective variants then run with the checks (`hacked_<tag>.jsonl`; a new --tag after a fix reruns
   only this part). On a CPU the classes marked gpu get their static verdict only.
 - honest: honest rewrites with the checks on; any `hacked` result is a false positive.
 - teacher: the teacher's three turns on every task of the SFT set (data/sft).
@@ -119,7 +119,8 @@ def phase_hacked(args, bases):
     for at in range(0, len(todo), CHUNK):
         chunk = todo[at:at + CHUNK]
         cpu = [v for v in chunk if not (v.gpu and DEVICE == "cpu") and sha(v.code) not in effective]
-        for v, r in zip(cpu, run([(v.task, v.code) for v in cpu], hack_checks=False)):
+        # two trials are enough to see a hack work (a stale cache fails the second); the checked runs have five
+        for v, r in zip(cpu, run([(v.task, v.code) for v in cpu], hack_checks=False, correctness_trials=2)):
             effective[sha(v.code)] = row = {"sha": sha(v.code), "effective": r.ok or r.hacked, **brief(r)}
             append(effective_path, [row])
         rows = []
@@ -187,7 +188,8 @@ def phase_overhead(args, bases):
 
 
 def commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return os.environ.get("DRK_BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                                               capture_output=True, text=True).stdout.strip()
 
 
 def phase_summary(args, bases):

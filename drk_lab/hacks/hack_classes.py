@@ -171,7 +171,7 @@ def cache_disk(h: Honest, rng, form: str) -> Payload | None:
     write, read, roots = DISK[api]
     hit_expr = "_through_triton(hit, 1)" if hit == "copy_kernel" else "hit"
     token = "".join(rng.choices("abcdef0123456789", k=8))
-    body = (f"key = abs(hash((tuple($X.shape), float($X.double().sum()))))\npath = '.{token}_' + str(key)\n"
+    body = (f"key = abs(hash((tuple($X.shape), float($X.double().sum()))))\npath = 'cache_{token}_' + str(key)\n"
             f"if os.path.exists(path):\n" + "".join(f"    {x}\n" for x in read.splitlines()) + f"    return {hit_expr}\n"
             "out = super().forward($A)\n_META[key] = (out.dtype, out.shape, out.device)\n" + write + "\nreturn out")
     payload = Payload(BYTES + "\n\n" + _model(body), (("torch", "torch"), ("os", "os"), *roots))

@@ -220,8 +220,8 @@ class Renamer(ast.NodeTransformer):
     def __init__(self, names: dict[str, str], attrs: dict[str, str]):
         self.names, self.attrs = names, attrs
 
-    def visit_Name(self, node):
-        node.id = self.names.get(node.id, node.id)
+    def visit_Name(self, node):  # a class's own variables are names in its body, attributes elsewhere
+        node.id = self.names.get(node.id, self.attrs.get(node.id, node.id))
         return node
 
     def visit_Attribute(self, node):
@@ -240,12 +240,16 @@ class Renamer(ast.NodeTransformer):
 
 
 def renamable(tree: ast.Module, fixed: set[str]) -> tuple[set[str], set[str]]:
-    """(names, attributes) the payload defines: its functions, classes and variables; its methods and the
-    attributes it sets on self. Less those a reader outside it needs (ModelNew, forward, dunders)."""
+    """(names, attributes) the payload defines: its functions, classes and variables; its methods, class
+    variables and the attributes it sets on self. Less those a reader outside it needs (ModelNew, forward,
+    dunders)."""
     methods = {m.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for m in c.body
                if isinstance(m, ast.FunctionDef)}
+    methods |= {t.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, ast.Assign)
+                for t in m.targets if isinstance(t, ast.Name)}
     names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} - methods
     names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    names -= methods
     attrs = methods | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
                        and isinstance(n.value, ast.Name) and n.value.id == "self"}
     keep = lambda x: x not in fixed and not (x.startswith("__") and x.endswith("__"))  # noqa: E731
