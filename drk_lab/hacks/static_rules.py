@@ -3,7 +3,8 @@
 The static rules read the candidate's syntax tree only, never its raw text, so a word in a comment,
 a docstring or a string literal cannot trigger them. Names are resolved through the candidate's
 imports and simple assignments (`import torch as T`, `from torch import cuda`, `sync = T.cuda`,
-`getattr(torch, "cuda")`, `__import__("subprocess")`, `sys.modules["x"]`) before they are matched.
+`getattr(torch, "cuda")`, `__import__("subprocess")`, `sys.modules["x"]`), and through the modules that
+really hold them (`torch.sys` is sys), before they are matched.
 
 What the static rules cover, by code (the others are left to the runtime checks):
 - fallback_to_torch: an except handler, in ModelNew or the functions it reaches, that computes with
@@ -15,7 +16,9 @@ What the static rules cover, by code (the others are left to the runtime checks)
   lookups keyed by `data_ptr()` or `id()`; torch.save/load, pickle, numpy save/load.
 - patches_harness: assigning, deleting or setattr-ing attributes of torch, triton, time, sys, gc,
   inspect, builtins, drk_lab, ...; sys.modules, frames, gc.get_objects, inspect.stack, mock.patch,
-  dispatch modes, ATen overrides through torch.library.
+  dispatch modes, ATen overrides through torch.library; a function's __code__ or defaults assigned;
+  hooks registered on every module.
+- torch_does_the_work: a tensor handed to NumPy; torch.compile, dynamo, inductor, TorchScript.
 - global_flags: writes under torch.backends, torch.set_float32_matmul_precision and friends.
 - background_work: threads, executors, multiprocessing, fork, asyncio tasks, torch.jit.fork.
 - lazy_output: torch.Tensor subclasses, __torch_function__/__torch_dispatch__, _make_subclass,
