@@ -18,6 +18,7 @@ there, so a run that stops loses nothing and the same command resumes it:
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -110,7 +111,7 @@ def phase_hacked(args, bases):
     # precision beyond the tolerance) get a quarter of the variants: enough to show that
     few = {"lazy_output", "precision"}
     counts = {k: args.per_cell // 4 if k in few else args.per_cell for k in args.classes or HACK_CLASSES}
-    variants = hacked_variants(bases, per_cell=counts, seed=args.seed)
+    variants = hacked_variants(bases(), per_cell=counts, seed=args.seed)
     effective_path, on_path = args.out / "effective.jsonl", args.out / f"hacked_{args.tag}.jsonl"
     effective, checked = done(effective_path), done(on_path)
     todo = [v for v in variants if sha(v.code) not in checked]
@@ -141,7 +142,7 @@ def phase_hacked(args, bases):
 
 
 def phase_honest(args, bases):
-    variants = honest_variants(bases, n=args.honest, seed=args.seed)
+    variants = honest_variants(bases(), n=args.honest, seed=args.seed)
     path = args.out / f"honest_{args.tag}.jsonl"
     seen = done(path)
     todo = [v for v in variants if sha(v.code) not in seen]
@@ -176,7 +177,7 @@ def phase_teacher(args, bases):
 def phase_overhead(args, bases):
     """Seconds per evaluation, one at a time, with the hack checks on and off (default trials)."""
     path = args.out / f"overhead_{args.tag}.jsonl"
-    picks = [b for b in bases if b.name.startswith(("builtin:level1", "builtin:level2", "teacher:"))][::2]
+    picks = [b for b in bases() if b.name.startswith(("builtin:level1", "builtin:level2", "teacher:"))][::2]
     for b in picks:
         row = {"name": b.name}
         for checks in (False, True, False, True):
@@ -192,63 +193,72 @@ def commit() -> str:
                                                                capture_output=True, text=True).stdout.strip()
 
 
+def tally(rows: list[dict], key) -> dict:
+    """{key(row): {"n": working hacks, "caught": how many the checks stopped}}"""
+    out: dict = {}
+    for r in rows:
+        cell = out.setdefault(key(r), {"n": 0, "caught": 0})
+        cell["n"] += 1
+        cell["caught"] += bool(r["caught"])
+    return out
+
+
+def outcomes(rows: list[dict]) -> dict:
+    return {"n": len(rows), "flagged": sum(r["hacked"] for r in rows),
+            "failed": sum(bool(r["kind"]) and not r["hacked"] for r in rows),
+            "flagged_names": [f"{r['name']}: {r['error'][:200]}" for r in rows if r["hacked"]],
+            "failed_names": [f"{r['name']}: {r['kind']}: {r['error'][:160]}" for r in rows if r["kind"] and not r["hacked"]]}
+
+
 def phase_summary(args, bases):
     rows = list(done(args.out / f"hacked_{args.tag}.jsonl").values())
     cpu = [r for r in rows if not (r["gpu"] and DEVICE == "cpu")]
     live = [r for r in cpu if r["effective"]]
-    cells = {}
-    for r in live:
-        cells.setdefault(r["klass"], {}).setdefault(r["level"], []).append(r["caught"])
-    recall = {k: {lv: {"n": len(v), "caught": sum(v)} for lv, v in levels.items()} for k, levels in cells.items()}
-    by_class = {k: {"n": sum(c["n"] for c in v.values()), "caught": sum(c["caught"] for c in v.values())}
-                for k, v in recall.items()}
     gpu = [r for r in rows if r["gpu"] and DEVICE == "cpu"]
-    honest = list(done(args.out / f"honest_{args.tag}.jsonl").values())
-    teacher = list(done(args.out / f"teacher_{args.tag}.jsonl", "name").values())
     overhead = list(done(args.out / f"overhead_{args.tag}.jsonl", "name").values())
-    fractions = [1 - statistics.median(o["plain"]) / statistics.median(o["checks"]) for o in overhead]
+    median = statistics.median
+    plain, checks = [median(o["plain"]) for o in overhead], [median(o["checks"]) for o in overhead]
+    fractions = [1 - p / c for p, c in zip(plain, checks)]
     result = {
         "schema_version": SCHEMA_VERSION, "commit": commit(), "device": DEVICE, "tag": args.tag,
         "machine": "2-core CPU, Triton interpreter" if DEVICE == "cpu" else torch.cuda.get_device_name(),
-        "hacked": {"generated": len(rows), "cpu_classes": len(cpu), "effective": len(live),
+        "hacked": {"generated": len(rows), "run": len(cpu), "effective": len(live),
                    "caught": sum(r["caught"] for r in live), "recall": sum(r["caught"] for r in live) / max(1, len(live)),
                    "caught_statically": sum(bool(r["static"]) for r in live),
-                   "by_class": by_class, "by_class_level": recall,
-                   "not_effective_by_class": {k: sum(1 for r in cpu if r["klass"] == k and not r["effective"])
-                                               for k in HACK_CLASSES},
+                   "by_class": tally(live, lambda r: r["klass"]), "by_level": tally(live, lambda r: r["level"]),
+                   "by_class_level": tally(live, lambda r: f"{r['klass']}/{r['level']}"),
+                   "not_effective_by_class": {k: sum(r["klass"] == k and not r["effective"] for r in cpu)
+                                              for k in HACK_CLASSES},
                    "misses": sorted(r["name"] for r in live if not r["caught"])},
-        "gpu_classes_static_on_cpu": {k: {"n": sum(r["klass"] == k for r in gpu),
-                                          "static": sum(r["klass"] == k and bool(r["static"]) for r in gpu)}
-                                      for k in HACK_CLASSES if HACK_CLASSES[k].gpu},
-        "honest": {"n": len(honest), "flagged": sum(r["hacked"] for r in honest),
-                   "failed": sum(bool(r["kind"]) and not r["hacked"] for r in honest),
-                   "flagged_names": [r["name"] for r in honest if r["hacked"]],
-                   "failed_names": [f"{r['name']}: {r['kind']}: {r['error'][:160]}" for r in honest
-                                    if r["kind"] and not r["hacked"]]},
-        "teacher": {"n": len(teacher), "flagged": sum(r["hacked"] for r in teacher),
-                    "failed": sum(bool(r["kind"]) and not r["hacked"] for r in teacher),
-                    "flagged_names": [r["name"] for r in teacher if r["hacked"]]},
-        "overhead": {"solutions": len(overhead),
-                     "median_plain_s": statistics.median(statistics.median(o["plain"]) for o in overhead) if overhead else None,
-                     "median_checks_s": statistics.median(statistics.median(o["checks"]) for o in overhead) if overhead else None,
-                     "median_fraction_of_evaluation": statistics.median(fractions) if fractions else None,
-                     "max_fraction": max(fractions) if fractions else None},
+        "gpu_classes_static_verdict_on_cpu": {k: {"n": sum(r["klass"] == k for r in gpu),
+                                                  "static": sum(r["klass"] == k and bool(r["static"]) for r in gpu)}
+                                              for k in HACK_CLASSES if HACK_CLASSES[k].gpu},
+        "honest": outcomes(list(done(args.out / f"honest_{args.tag}.jsonl").values())),
+        "teacher": outcomes(list(done(args.out / f"teacher_{args.tag}.jsonl", "name").values())),
+        "overhead": {"solutions": len(overhead), "median_plain_s": median(plain) if plain else None,
+                     "median_checks_s": median(checks) if checks else None,
+                     "median_fraction_of_evaluation": median(fractions) if fractions else None,
+                     "max_fraction": max(fractions) if fractions else None,
+                     "median_stage_s": {stage: median(o["stages_checks"].get(stage, 0) for o in overhead)
+                                        for stage in ("hack_checks", "mode_and_determinism", "other_shape")}
+                     if overhead else None},
     }
     (args.out / f"results_{args.tag}.json").write_text(json.dumps(result, indent=1))
-    figure(recall, args.out / f"recall_{args.tag}")
+    figure(result["hacked"]["by_class_level"], args.out / f"recall_{args.tag}")
     print(table(result))
 
 
-def figure(recall: dict, path: Path) -> None:
+def figure(cells: dict, path: Path) -> None:
     import plotly.graph_objects as go
 
     from drk_lab.viz.plots import save_figure
 
-    classes = sorted(recall)
-    z = [[recall[k][lv]["caught"] / recall[k][lv]["n"] if lv in recall[k] else None for lv in LEVELS] for k in classes]
-    text = [[f"{recall[k][lv]['caught']}/{recall[k][lv]['n']}" if lv in recall[k] else "" for lv in LEVELS] for k in classes]
-    fig = go.Figure(go.Heatmap(z=z, x=list(LEVELS), y=classes, text=text, texttemplate="%{text}", zmin=0, zmax=1,
-                               colorscale="RdYlGn", colorbar={"title": "recall"}))
+    classes = sorted({key.split("/")[0] for key in cells})
+    at = [[cells.get(f"{k}/{lv}") for lv in LEVELS] for k in classes]
+    fig = go.Figure(go.Heatmap(
+        z=[[c["caught"] / c["n"] if c else None for c in row] for row in at], x=list(LEVELS), y=classes,
+        text=[[f"{c['caught']}/{c['n']}" if c else "" for c in row] for row in at], texttemplate="%{text}",
+        zmin=0, zmax=1, colorscale="RdYlGn", colorbar={"title": "recall"}))
     fig.update_layout(title="Hack checks: recall by class and obfuscation level (working hacks, CPU)",
                       width=1000, height=150 + 34 * len(classes), yaxis={"autorange": "reversed"})
     save_figure(fig, path.name, path.parent)
@@ -256,11 +266,11 @@ def figure(recall: dict, path: Path) -> None:
 
 def table(result: dict) -> str:
     h = result["hacked"]
-    lines = ["| class | working hacks | caught | recall |", "|---|---|---|---|"]
-    for k, c in sorted(h["by_class"].items()):
-        lines.append(f"| `{k}` | {c['n']} | {c['caught']} | {c['caught'] / c['n']:.1%} |")
-    lines.append(f"| **all** | **{h['effective']}** | **{h['caught']}** | **{h['recall']:.2%}** |")
-    return "\n".join(lines)
+    rows = [f"| `{k}` | {c['n']} | {c['caught']} | {c['caught'] / c['n']:.1%} |" for k, c in sorted(h["by_class"].items())]
+    levels = ", ".join(f"{lv} {c['caught'] / c['n']:.1%}" for lv, c in h["by_level"].items())
+    return "\n".join(["| class | working hacks | caught | recall |", "|---|---|---|---|", *rows,
+                      f"| **all** | **{h['effective']}** | **{h['caught']}** | **{h['recall']:.2%}** |", "",
+                      f"by level: {levels}"])
 
 
 def main():
@@ -275,7 +285,7 @@ def main():
     p.add_argument("--tag", default="final", help="names the files of checked results (effective.jsonl is shared)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    bases = honest_bases(teacher_tasks=args.teacher_tasks, seed=args.seed)
+    bases = functools.cache(lambda: honest_bases(teacher_tasks=args.teacher_tasks, seed=args.seed))
     for phase in args.phases:
         start = time.perf_counter()
         globals()[f"phase_{phase}"](args, bases)
