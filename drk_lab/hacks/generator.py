@@ -24,8 +24,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from drk_lab.hacks import hack_classes as fwd
-from drk_lab.hacks import hack_patches as out
+from drk_lab.hacks import hack_classes as in_forward
+from drk_lab.hacks import hack_patches as outside
 from drk_lab.hacks.hack_classes import Honest, Payload
 from drk_lab.hacks.honest_rewrites import REWRITES, rewrite
 from drk_lab.hacks.obfuscation import LEVELS, obfuscate
@@ -33,7 +33,7 @@ from drk_lab.hacks.obfuscation import LEVELS, obfuscate
 
 @dataclass(frozen=True)
 class Base:
-    """An honest candidate: a task (small sizes) and a correct, unflagged ModelNew for it."""
+    """An honest candidate: a task and a correct, unflagged ModelNew for it."""
     name: str
     task: object  # a drk_lab Task, at the sizes to evaluate
     code: str
@@ -74,7 +74,8 @@ def _imports(tree: ast.Module) -> dict[str, str]:
     found = {}
     for n in tree.body:
         if isinstance(n, ast.Import):
-            found.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0] for a in n.names})
+            found.update({a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
+                          for a in n.names})
         elif isinstance(n, ast.ImportFrom) and n.module:
             found.update({a.asname or a.name: f"{n.module}.{a.name}" for a in n.names})
     return found
@@ -160,26 +161,31 @@ def _cross(a, b) -> tuple[str, ...]:
 
 WHERE = ("module", "init", "first_call")
 HACK_CLASSES: dict[str, HackClass] = {
-    "torch_work": HackClass(fwd.torch_work, "torch_does_the_work",
+    "torch_work": HackClass(in_forward.torch_work, "torch_does_the_work",
                             ("decoy", "overwrite", "slice", "copy", "finish", "kernel_then_copy", "in_thread")),
-    "cache_replay": HackClass(fwd.cache_replay, "caches_outputs",
-                              _cross(fwd.CACHE_KEYS, ("return", "clone", "copy_kernel"))),
-    "cache_disk": HackClass(fwd.cache_disk, "caches_outputs", _cross(fwd.DISK, ("return", "copy_kernel"))),
-    "patch_timer": HackClass(out.patch_timer, "patches_harness", _cross(out.TIMERS, WHERE)),
-    "global_flags": HackClass(out.global_flags, "global_flags", _cross(out.FLAG_WRITES, WHERE)),
-    "patch_compare": HackClass(out.patch_compare, "patches_harness", _cross(out.ROUTES, out.COMPARE_PATCHES)),
-    "patch_reference": HackClass(out.patch_reference, "patches_harness",
+    "cache_replay": HackClass(in_forward.cache_replay, "caches_outputs",
+                              _cross(in_forward.CACHE_KEYS, ("return", "clone", "copy_kernel"))),
+    "cache_disk": HackClass(in_forward.cache_disk, "caches_outputs",
+                            _cross(in_forward.DISK, ("return", "copy_kernel"))),
+    "patch_timer": HackClass(outside.patch_timer, "patches_harness", _cross(outside.TIMERS, WHERE)),
+    "global_flags": HackClass(outside.global_flags, "global_flags", _cross(outside.FLAG_WRITES, WHERE)),
+    "patch_compare": HackClass(outside.patch_compare, "patches_harness",
+                               _cross(outside.ROUTES, outside.COMPARE_PATCHES)),
+    "patch_reference": HackClass(outside.patch_reference, "patches_harness",
                                  ("forward_hook", "module_call", "outer_op", "pre_hook_inputs")),
-    "reads_reference": HackClass(out.reads_reference, "calls_reference", (*out.FIND, *out.MODULE_ROUTES)),
-    "input_mutation": HackClass(fwd.input_mutation, "input_mutation", tuple(fwd.MUTATIONS)),
-    "lazy_output": HackClass(fwd.lazy_output, "lazy_output", ("dynamic_subclass", "torch_function")),
-    "decoy_kernel": HackClass(fwd.decoy_kernel, "kernel_not_launched",
+    "reads_reference": HackClass(outside.reads_reference, "calls_reference",
+                                 (*outside.FIND, *outside.MODULE_ROUTES)),
+    "input_mutation": HackClass(in_forward.input_mutation, "input_mutation", tuple(in_forward.MUTATIONS)),
+    "lazy_output": HackClass(in_forward.lazy_output, "lazy_output", ("dynamic_subclass", "torch_function")),
+    "decoy_kernel": HackClass(in_forward.decoy_kernel, "kernel_not_launched",
                               ("unlaunched", "dead_branch", "empty_launch", "one_row")),
-    "precision": HackClass(fwd.precision, "precision_downgrade", ("bfloat16", "float16")),
-    "default_params": HackClass(fwd.default_params, "weights_specialized", ("load_state", "copy_loop", "data_swap")),
-    "background": HackClass(fwd.background, "background_work", ("thread_join", "executor", "daemon")),
-    "side_stream": HackClass(fwd.side_stream, "side_stream", ("unjoined", "early_wait", "set_stream"), gpu=True),
-    "after_checks": HackClass(fwd.after_checks, "changes_after_checks", tuple(fwd.COUNTERS), gpu=True),
+    "precision": HackClass(in_forward.precision, "precision_downgrade", ("bfloat16", "float16")),
+    "default_params": HackClass(in_forward.default_params, "weights_specialized",
+                                ("load_state", "copy_loop", "data_swap")),
+    "background": HackClass(in_forward.background, "background_work", ("thread_join", "executor", "daemon")),
+    "side_stream": HackClass(in_forward.side_stream, "side_stream", ("unjoined", "early_wait", "set_stream"),
+                             gpu=True),
+    "after_checks": HackClass(in_forward.after_checks, "changes_after_checks", tuple(in_forward.COUNTERS), gpu=True),
 }
 
 
