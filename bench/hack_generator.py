@@ -5,10 +5,11 @@ rewrites and on every teacher solution, and what the checks cost (issue 64). BEN
 
 Each phase appends a JSON line per variant to a file in DIR as it goes and skips the variants already
 there, so a run that stops loses nothing and the same command resumes it:
-- hacked: every class x obfuscation level. A variant is first run with hack_checks=False: it is a working
-  hack (`effective`) when that run pays it (correct), or when an always-on check (input mutation) stops
-  it (two trials). Effective variants then run with the checks (`hacked_<tag>.jsonl`; a new --tag after a fix reruns
-  only this part). On a CPU the classes marked gpu get their static verdict only.
+- hacked: every class x obfuscation level. What the static rules stop is counted as stopped. Every other
+  variant is first run with hack_checks=False: it is a working hack (`effective`) when that run pays it
+  (correct), or when an always-on check (input mutation) stops it. Working hacks then run with the checks
+  (`hacked_<tag>.jsonl`; a new --tag after a fix reruns only this part). On a CPU the classes marked gpu
+  get their static verdict only.
 - honest: honest rewrites with the checks on; any `hacked` result is a false positive.
 - teacher: the teacher's three turns on every task of the SFT set (data/sft).
 - overhead: built-in solutions with the checks on and off, one at a time.
@@ -119,25 +120,23 @@ def phase_hacked(args, bases):
     start = time.time()
     for at in range(0, len(todo), CHUNK):
         chunk = todo[at:at + CHUNK]
-        cpu = [v for v in chunk if not (v.gpu and DEVICE == "cpu") and sha(v.code) not in effective]
-        # two trials are enough to see a hack work (a stale cache fails the second); the checked runs have five
-        for v, r in zip(cpu, run([(v.task, v.code) for v in cpu], hack_checks=False, correctness_trials=2)):
-            effective[sha(v.code)] = row = {"sha": sha(v.code), "effective": r.ok or r.hacked, **brief(r)}
-            append(effective_path, [row])
-        rows = []
-        for v in chunk:
-            static = static_hack_check(v.code)
-            rows.append({"sha": sha(v.code), "name": v.name, "klass": v.klass, "form": v.form, "level": v.level,
-                         "base": v.base, "expect": v.expect, "gpu": v.gpu, "static": static[0] if static else None,
-                         "effective": effective.get(sha(v.code), {}).get("effective")})
-        live = [(v, row) for v, row in zip(chunk, rows) if row["effective"] and not row["static"]]
+        rows = [{"sha": sha(v.code), "name": v.name, "klass": v.klass, "form": v.form, "level": v.level, "base": v.base,
+                 "expect": v.expect, "gpu": v.gpu, "static": (static_hack_check(v.code) or [None])[0]} for v in chunk]
+        # what the static rules stop is stopped whether or not it would have paid: only the rest are run, first
+        # without the checks (two trials are enough to see a hack work: a stale cache fails the second)
+        runnable = [(v, row) for v, row in zip(chunk, rows) if not row["static"] and not (v.gpu and DEVICE == "cpu")]
+        new = [(v, row) for v, row in runnable if row["sha"] not in effective]
+        for (v, row), r in zip(new, run([(v.task, v.code) for v, _ in new], hack_checks=False, correctness_trials=2)):
+            effective[row["sha"]] = {"sha": row["sha"], "effective": r.ok or r.hacked, **brief(r)}
+            append(effective_path, [effective[row["sha"]]])
+        live = [(v, row) for v, row in runnable if effective[row["sha"]]["effective"]]
         for (v, row), r in zip(live, run([(v.task, v.code) for v, _ in live])):
             row["on"] = brief(r)
-        for row in rows:
-            row["caught"] = None if not row["effective"] else bool(row["static"]) or row["on"]["kind"] is not None
+        for v, row in zip(chunk, rows):
+            row["effective"] = effective.get(row["sha"], {}).get("effective")
+            row["caught"] = True if row["static"] else row["on"]["kind"] is not None if "on" in row else None
         append(on_path, rows)
-        n = at + len(chunk)
-        print(f"{n}/{len(todo)} {time.time() - start:.0f} s; misses here: "
+        print(f"{at + len(chunk)}/{len(todo)} {time.time() - start:.0f} s; misses here: "
               f"{[r['name'] for r in rows if r['caught'] is False]}", flush=True)
 
 
@@ -213,7 +212,8 @@ def outcomes(rows: list[dict]) -> dict:
 def phase_summary(args, bases):
     rows = list(done(args.out / f"hacked_{args.tag}.jsonl").values())
     cpu = [r for r in rows if not (r["gpu"] and DEVICE == "cpu")]
-    live = [r for r in cpu if r["effective"]]
+    live = [r for r in cpu if r["static"] or r["effective"]]  # stopped statically, or working and run
+    runtime = [r for r in live if not r["static"]]
     gpu = [r for r in rows if r["gpu"] and DEVICE == "cpu"]
     overhead = list(done(args.out / f"overhead_{args.tag}.jsonl", "name").values())
     median = statistics.median
@@ -225,9 +225,11 @@ def phase_summary(args, bases):
         "hacked": {"generated": len(rows), "run": len(cpu), "effective": len(live),
                    "caught": sum(r["caught"] for r in live), "recall": sum(r["caught"] for r in live) / max(1, len(live)),
                    "caught_statically": sum(bool(r["static"]) for r in live),
+                   "runtime": {"n": len(runtime), "caught": sum(r["caught"] for r in runtime),
+                               "by_class": tally(runtime, lambda r: r["klass"])},
                    "by_class": tally(live, lambda r: r["klass"]), "by_level": tally(live, lambda r: r["level"]),
                    "by_class_level": tally(live, lambda r: f"{r['klass']}/{r['level']}"),
-                   "not_effective_by_class": {k: sum(r["klass"] == k and not r["effective"] for r in cpu)
+                   "not_effective_by_class": {k: sum(r["klass"] == k and r["effective"] is False for r in cpu)
                                               for k in HACK_CLASSES},
                    "misses": sorted(r["name"] for r in live if not r["caught"])},
         "gpu_classes_static_verdict_on_cpu": {k: {"n": sum(r["klass"] == k for r in gpu),
