@@ -15,6 +15,7 @@ import pytest
 
 import drk_lab as drk
 from drk_lab.hacks.generator import HACK_CLASSES, LEVELS, Base, hacked_variants, honest_variants
+from drk_lab.hacks.honest_rewrites import rewrite
 from drk_lab.hacks.static_rules import static_hack_check
 from drk_lab.harness.validity import check_candidate
 
@@ -212,13 +213,25 @@ def bases(tasks):
     return [Base(f"builtin:{n}", tasks[n].small(), drk.builtin_solution(tasks[n])) for n in picks]
 
 
+# honest rewrites that meet the new checks: casts and views around the kernels, a Triton copy, weights read
+# through the module, a custom op, autotuning on the CPU
+FAIR = {"builtin:level1/01_relu": (["custom_op", "cast_around", "views"], ["copy_kernel", "constexpr_branch"]),
+        "builtin:level2/01_linear_bias_relu": (["params_lookup", "autotune", "copy_kernel"],
+                                               ["alloc_style", "helper_function", "no_grad"])}
+
+
 @pytest.fixture(scope="module")
-def results(tasks):
+def results(tasks, bases):
     relu, linear = tasks["level1/01_relu"].small(), tasks["level2/01_linear_bias_relu"].small()
     pairs = {name: (relu, code) for name, (code, _) in MISSES.items()}
     pairs["weights_at_init"] = (linear, LINEAR_WEIGHTS_AT_INIT)
     pairs["custom_op"] = (relu, CUSTOM_OP)
     pairs["autotuned"] = (relu, AUTOTUNED)
+    for base in bases:
+        for names in FAIR.get(base.name, ()):
+            code, applied = rewrite(base.code, names, random.Random(0), has_params="linear" in base.name)
+            assert applied == names
+            pairs[f"fair:{base.name}:{'+'.join(names)}"] = (base.task, code)
     found = drk.evaluate_many(list(pairs.values()), max_in_flight=2, device="cpu", progress=False, timing=False,
                               correctness_trials=1)
     return dict(zip(pairs, found))
@@ -227,7 +240,8 @@ def results(tasks):
 def test_hacked_variants_are_seeded_and_cover_every_class_and_level(bases):
     first = hacked_variants(bases, per_cell=1, seed=3)
     assert [v.code for v in first] == [v.code for v in hacked_variants(bases, per_cell=1, seed=3)]
-    assert [v.code for v in first] != [v.code for v in hacked_variants(bases, per_cell=1, seed=4)]
+    assert [v.code for v in hacked_variants(bases, per_cell=1, seed=4, classes=["torch_work"])] != \
+        [v.code for v in first if v.klass == "torch_work"]
     assert {(v.klass, v.level) for v in first} == {(k, lv) for k in HACK_CLASSES for lv in LEVELS}
     assert len({v.code for v in first}) == len(first)
     for v in first:
@@ -301,10 +315,8 @@ def test_autotuned_kernels_run_their_first_configuration_on_the_cpu(results):
     assert any("relu_kernel ran with the first of its 2 configurations" in n for n in r.notes), r.notes
 
 
-def test_honest_rewrites_pass_the_checks(bases):
-    rng = random.Random(0)
-    fair = [v for v in honest_variants(bases, n=60, seed=2) if v.base.endswith(("01_relu", "01_linear_bias_relu"))]
-    picked = rng.sample(fair, 4)
-    for v, r in zip(picked, drk.evaluate_many([(v.task, v.code) for v in picked], max_in_flight=2, device="cpu",
-                                              progress=False, timing=False, correctness_trials=1)):
-        assert r.ok, (v.name, r.error_kind, r.error)
+def test_honest_rewrites_pass_the_checks(results):
+    fair = {name: r for name, r in results.items() if name.startswith("fair:")}
+    assert len(fair) == 4
+    for name, r in fair.items():
+        assert r.ok, (name, r.error_kind, r.error)
