@@ -56,8 +56,10 @@ class HackCode:
 
 STATIC, RUNTIME, CALLS = "hacks.static_rules:", "hacks.runtime_checks:", "hacks.extra_calls:"
 HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
-    HackCode("torch_does_the_work", "the output is still right with your Triton launches switched off: PyTorch "
-             "or cuBLAS computes the answer and the kernels are decoys", (CALLS + "call_findings",)),
+    HackCode("torch_does_the_work", "PyTorch or cuBLAS computes the answer (or much of it): the output is still "
+             "right with your Triton launches switched off, or the forward's PyTorch operators do half the "
+             "reference's work or more, with the kernels copying or finishing their result",
+             (CALLS + "call_findings", STATIC + "StaticRules.check_host_compute", "hacks.static_names:USE_RULES")),
     HackCode("fallback_to_torch", "a try/except, a device check or a training/grad-mode check in the forward path "
              "computes with PyTorch or the reference instead of a Triton kernel",
              (STATIC + "StaticRules.check_fallbacks", CALLS + "mode_findings")),
@@ -69,16 +71,18 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
              "kernel wrote, holding a previous answer)", (RUNTIME + "freed_memory_findings",)),
     HackCode("caches_outputs", "outputs are cached across calls (keyed on pointers, shapes or inputs) or "
              "replayed from disk", (STATIC + "StaticRules.check_caches", "hacks.static_names:USE_RULES",
-                                    CALLS + "call_findings")),
+                                    CALLS + "stale_findings")),
     HackCode("input_mutation", "the forward modified its inputs in place", (RUNTIME + "mutation_findings",)),
     HackCode("constant_output", "the output does not depend on the input", (RUNTIME + "constant_output_findings",)),
     HackCode("shape_specialized", "wrong or failing at another valid shape of the task",
              (CALLS + "other_shape_findings",)),
+    HackCode("weights_specialized", "right only for the parameter values the module was built with: wrong once "
+             "they change", (CALLS + "other_shape_findings",)),
     HackCode("side_stream", "work launched on a stream other than the timed one, escaping the timer",
              (STATIC + "StaticRules.check_side_streams", RUNTIME + "launch_findings")),
     HackCode("background_work", "threads or processes started by the candidate",
              ("hacks.static_names:USE_RULES", RUNTIME + "Snapshot.findings", RUNTIME + "launch_findings",
-              RUNTIME + "leftover_process_findings")),
+              RUNTIME + "leftover_process_findings", CALLS + "call_findings")),
     HackCode("lazy_output", "the output is a tensor subclass or a lazy, deferred object instead of a plain "
              "torch.Tensor", (STATIC + "StaticRules.check_classes", STATIC + "StaticRules.check_assignments",
                               "hacks.static_names:USE_RULES")),
@@ -93,7 +97,8 @@ HACK_CODES: dict[str, HackCode] = {h.code: h for h in (
                                            RUNTIME + "Snapshot.findings")),
     HackCode("cache_tricks", "persisting-L2 or access-policy tricks that survive the timing flush",
              (STATIC + "StaticRules.check_cache_tricks",)),
-    HackCode("launch_reuse", "a timed call launched no kernel: one launch serves many calls",
+    HackCode("launch_reuse", "a call on inputs it has seen launched none, or fewer, of its kernels: one launch "
+             "serves many calls",
              (CALLS + "call_findings",)),
     HackCode("impossible_speedup", "faster than the bytes its inputs and outputs hold allow at the measured "
              "copy bandwidth", (RUNTIME + "speed_of_light_findings",)),

@@ -8,6 +8,9 @@ May import the same as runtime_checks.py.
 
 from __future__ import annotations
 
+import random
+import sys
+import threading
 import warnings
 from contextlib import contextmanager
 from functools import partial
@@ -16,15 +19,21 @@ import torch
 import torch.utils.deterministic
 
 from drk_lab.hacks.runtime_checks import launch_findings
+from drk_lab.hacks.torch_work import TorchWork, torch_share
 from drk_lab.harness import correctness, models
 from drk_lab.harness.failures import EvaluationFailure, short_traceback
 from drk_lab.harness.launches import KernelLaunches
 
 
+TORCH_SHARE = 0.5  # of the reference's work, computed by PyTorch in the candidate's forward
+RIGHT_WITHOUT_KERNELS = 0.25  # of the output, right with the candidate's kernels switched off
+
+
 def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, candidate_file: str,
                   atol: float | None, rtol: float | None, notes: list[str]) -> list[tuple[str, str]]:
-    """Calls beyond the correctness trials: the same buffers twice, new values in the same buffers, and
-    the candidate's own kernels switched off. A plain wrong answer raises a mismatch failure."""
+    """Calls beyond the correctness trials: the same buffers twice, new values in the same buffers (all of
+    them, then one), how much of the reference's work PyTorch does in the forward, and the candidate's own
+    kernels switched off. A plain wrong answer raises a mismatch failure."""
     compare = partial(correctness.compare, atol=atol, rtol=rtol)
     inputs = models.make_inputs(ref_module, seed, device)
     with torch.no_grad():
@@ -34,22 +43,32 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
         models.sync(device)
         if not again.candidate_launches():
             return [("launch_reuse", "a second call on the same inputs launched none of its kernels")]
-        for buffer, fresh in zip(inputs, models.make_inputs(ref_module, seed + 1, device)):
-            if isinstance(buffer, torch.Tensor) and buffer.shape == fresh.shape:
-                buffer.copy_(fresh)
+        change_values(inputs, models.make_inputs(ref_module, seed + 1, device))
+        with TorchWork() as ref_work:
+            ref_out = ref(*correctness.clone_args(inputs))
+        with KernelLaunches(only_file=candidate_file) as fresh, TorchWork() as new_work, other_threads() as threads:
+            out = new(*inputs)
+            models.sync(device)
+        found = stale_findings(out, ref_out, before, compare, "new values in the same input buffers")
+        if threads:  # PyTorch's work there is out of the dispatch mode's sight (modes are per thread)
+            found.append(("background_work", f"the forward ran Python code in another thread ({threads[0]})"))
+        skipped = sorted(fresh.names() - again.names())
+        if skipped:  # a repeated call skipped work that new values need: an earlier answer served it
+            found.append(("launch_reuse", f"a second call on the same inputs skipped {', '.join(skipped)}, which a "
+                          "call with new values in the same buffers launches"))
+        share = torch_share(new_work, ref_work)
+        if share >= TORCH_SHARE:
+            found.append(("torch_does_the_work", f"PyTorch computes {share:.0%} of the work the reference does "
+                          f"({new_work.top()}) in the forward"))
+        if found:
+            return found
+        before = correctness.clone_args(correctness.flatten(out))
+        change_values(inputs, models.make_inputs(ref_module, seed + 5, device), one=seed)
         ref_out = ref(*correctness.clone_args(inputs))
-        out = new(*inputs)
-        try:
-            compare(out, ref_out)
-        except correctness.Mismatch as m:
-            try:
-                correctness.compare(out, before, 0.0, 0.0)
-            except correctness.Mismatch:  # wrong, but not the previous answer: a plain failure
-                raise EvaluationFailure("mismatch", f"a further call with new values in the same input buffers: {m}") \
-                    from None
-            return [("caches_outputs", "returned its previous output when called again with new values in "
-                     f"the same input buffers: {m}")]
-        del out, before
+        found = stale_findings(new(*inputs), ref_out, before, compare, "one value of its inputs changed")
+        if found:
+            return found
+        del out, before  # freed, so that the poisoning below fills them
         specs = correctness.tensor_specs(ref_out)
         other_ref_out = ref_out  # kept alive (so never handed back to the candidate) for the test below
         inputs = models.make_inputs(ref_module, seed + 2, device)
@@ -59,23 +78,93 @@ def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, cand
             with KernelLaunches(only_file=candidate_file, disabled=True), new_memory_filled():
                 out = new(*inputs)
                 models.sync(device)
-            compare(out, ref_out)
         except Exception:
-            return []  # without its kernels the answer is wrong (or it fails): the kernels do the work
-    # only now, so that no copy of the answer made by this test lies in freed memory during the run above:
-    # where zeros would pass too (a softmax over long rows: every value far below atol), an output left
-    # unwritten by the switched-off kernels says nothing about who did the work
-    zeros = [torch.zeros_like(r) if isinstance(r, torch.Tensor) else r for r in correctness.flatten(ref_out)]
-    if within_tolerance(zeros, ref_out, atol, rtol):
-        notes.append("kernels-off check inconclusive: the reference's output is within tolerance of zero")
+            return []  # without its kernels it fails: the kernels do the work
+    # Of the elements that neither zeros nor the answer for other inputs would get right (computed only now,
+    # so that no copy of the answer made here lies in freed memory during the run above): an output buffer
+    # the switched-off kernels never wrote can hold zeros, and a buffer the candidate reuses between calls
+    # (honestly) still holds the last answer; neither says who did the work.
+    share = right_share(out, ref_out, other_ref_out, atol, rtol)
+    if share is None:
+        notes.append("kernels-off check inconclusive: zeros or the reference's output for other inputs are within "
+                     "tolerance of this one everywhere")
         return []
-    # likewise where the answer for other inputs passes (a softmax over long rows of small logits is close
-    # to 1/n everywhere): a buffer the candidate reuses between calls still holds such an answer
-    if within_tolerance(other_ref_out, ref_out, atol, rtol):
-        notes.append("kernels-off check inconclusive: the reference's output for other inputs is within "
-                     "tolerance of this one")
-        return []
-    return [("torch_does_the_work", "the output is still right with the candidate's Triton launches switched off")]
+    if share >= RIGHT_WITHOUT_KERNELS:
+        return [("torch_does_the_work", f"{share:.0%} of the output is still right with the candidate's Triton "
+                 "launches switched off")]
+    return []
+
+
+def change_values(inputs: list, fresh: list, one: int | None = None) -> None:
+    """New values into the same input buffers: all of them, or (with `one`, a seed) one element of each,
+    where a cache keyed on a sample of the values would not look."""
+    for buffer, new in zip(inputs, fresh):
+        if not (isinstance(buffer, torch.Tensor) and isinstance(new, torch.Tensor) and buffer.shape == new.shape):
+            continue
+        if one is None:
+            buffer.copy_(new)
+        elif buffer.numel():
+            flat, at = random.Random(one).randrange(buffer.numel()), []
+            for size in reversed(buffer.shape):  # the flat index, unravelled (torch.unravel_index imports sympy)
+                flat, i = divmod(flat, size)
+                at.insert(0, i)
+            buffer[tuple(at)] = new[tuple(at)]
+
+
+def stale_findings(out, ref_out, before, compare, what: str) -> list[tuple[str, str]]:
+    """A wrong output equal to the previous call's is a cache; wrong and different is a plain mismatch."""
+    try:
+        compare(out, ref_out)
+    except correctness.Mismatch as m:
+        try:
+            correctness.compare(out, before, 0.0, 0.0)
+        except correctness.Mismatch:
+            raise EvaluationFailure("mismatch", f"a further call with {what}: {m}") from None
+        return [("caches_outputs", f"returned its previous output when called again with {what}: {m}")]
+    return []
+
+
+def element_ok(out: torch.Tensor, ref: torch.Tensor, atol: float | None, rtol: float | None) -> torch.Tensor:
+    """compare()'s rule, element by element."""
+    if not ref.is_floating_point():
+        return out == ref
+    tol = correctness.TOLERANCES.get(ref.dtype, 1e-4)
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    o, r = out.detach().to(work), ref.detach().to(work)
+    a, rt = tol if atol is None else atol, tol if rtol is None else rtol
+    return (o - r).abs() <= correctness.absolute_limit(r, a) + rt * r.abs()
+
+
+def right_share(out, ref_out, others, atol: float | None, rtol: float | None) -> float | None:
+    """Of the output elements that neither zeros nor `others` (the reference's output for other inputs)
+    would get right, the share `out` gets right; None where there are none."""
+    right = informative = 0
+    for o, r, x in zip(correctness.flatten(out), correctness.flatten(ref_out), correctness.flatten(others)):
+        if not isinstance(r, torch.Tensor):
+            continue
+        told = ~element_ok(torch.zeros_like(r), r, atol, rtol)
+        if isinstance(x, torch.Tensor) and x.shape == r.shape and x.dtype == r.dtype:
+            told &= ~element_ok(x, r, atol, rtol)
+        informative += int(told.sum())
+        if type(o) is torch.Tensor and o.shape == r.shape and o.dtype == r.dtype and o.device == r.device:
+            right += int((element_ok(o, r, atol, rtol) & told).sum())
+    return right / informative if informative else None
+
+
+@contextmanager
+def other_threads():
+    """While in effect, the names of threads (started through `threading`) that run Python code."""
+    seen, previous = [], threading.getprofile()
+
+    def note(frame, event, arg):
+        seen.append(threading.current_thread().name)
+        sys.setprofile(None)  # once is enough
+
+    threading.setprofile(note)
+    try:
+        yield seen
+    finally:
+        threading.setprofile(previous)
 
 
 @contextmanager
@@ -102,43 +191,75 @@ def new_memory_filled():
         torch.utils.deterministic.fill_uninitialized_memory = saved[2]
 
 
-def within_tolerance(out, ref_out, atol: float | None, rtol: float | None) -> bool:
-    try:
-        correctness.compare(out, ref_out, atol, rtol)
-    except correctness.Mismatch:
-        return False
-    return True
-
-
 def other_shape_findings(other, candidate_module, *, seed: int, device: torch.device, candidate_file: str,
                          atol: float | None, rtol: float | None, notes: list[str]) -> list[tuple[str, str]]:
-    """One trial at another valid shape of the task (`other`, chosen by harness/shapes.py): the reference
-    and a fresh ModelNew built there from the same seed, compared once. If the reference itself fails
-    there, the check is skipped with a note."""
+    """One trial at another valid shape of the task (`other`, chosen by harness/shapes.py): the reference,
+    its parameters moved away from the values it was built with, and a fresh ModelNew built there from the
+    same seed with the reference's parameters copied in, compared once. If the reference itself fails there,
+    the check is skipped with a note. A candidate that is wrong there is run again with the parameters it
+    was built with, to tell a shape it cannot do from parameters it ignores."""
     where = "at " + ", ".join(f"{name}={value}" for name, value in other.sizes.items())
     try:
         ref_module = models.module_from_source("reference_other_shape", other.source)
         init_inputs = list(ref_module.get_init_inputs())
-        other_ref = models.build(ref_module, "Model", init_inputs, seed, device)
         inputs = models.make_inputs(ref_module, other.seed, device)
-        with torch.no_grad():
-            ref_out = other_ref(*correctness.clone_args(inputs))
-            models.sync(device)
+        other_ref, ref_out = reference_at(ref_module, init_inputs, inputs, seed, device, moved=True)
     except BaseException as e:
         notes.append(f"extra-shape check skipped: the reference fails {where}: " + short_traceback(e, 500))
         return []
     try:
-        other_new = models.build(candidate_module, "ModelNew", init_inputs, seed, device)
-        models.copy_weights(other_ref, other_new)
-        with torch.no_grad(), KernelLaunches(only_file=candidate_file) as seen:
-            out = other_new(*inputs)
-            models.sync(device)
+        out, seen = candidate_at(candidate_module, other_ref, init_inputs, inputs, seed, device, candidate_file)
         correctness.compare(out, ref_out, atol, rtol)
     except correctness.Mismatch as m:
-        return [("shape_specialized", f"wrong {where} (another valid shape of the task): {m}")]
+        try:
+            built_ref, built_out = reference_at(ref_module, init_inputs, inputs, seed, device, moved=False)
+            out, _ = candidate_at(candidate_module, built_ref, init_inputs, inputs, seed, device, candidate_file)
+            correctness.compare(out, built_out, atol, rtol)
+        except BaseException:
+            return [("shape_specialized", f"wrong {where} (another valid shape of the task): {m}")]
+        return [("weights_specialized", f"wrong {where} once the parameters differ from the values it was built "
+                 f"with (right with those): {m}")]
     except BaseException as e:
         return [("shape_specialized", f"fails {where} (another valid shape of the task): {short_traceback(e, 1000)}")]
     return launch_findings(seen, where)
+
+
+def reference_at(ref_module, init_inputs: list, inputs: list, seed: int, device: torch.device, moved: bool):
+    """The reference built from `seed` (its parameters and buffers moved with `moved`) and its output."""
+    ref = models.build(ref_module, "Model", init_inputs, seed, device)
+    if moved:
+        move_parameters(ref, seed)
+    with torch.no_grad():
+        out = ref(*correctness.clone_args(inputs))
+        models.sync(device)
+    return ref, out
+
+
+def candidate_at(candidate_module, ref, init_inputs: list, inputs: list, seed: int, device: torch.device,
+                 candidate_file: str):
+    new = models.build(candidate_module, "ModelNew", init_inputs, seed, device)
+    models.copy_weights(ref, new)
+    with torch.no_grad(), KernelLaunches(only_file=candidate_file) as seen:
+        out = new(*correctness.clone_args(inputs))
+        models.sync(device)
+    return out, seen
+
+
+def move_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Every floating parameter and buffer gets its own values in another order (the distribution the
+    constructor drew them from: nothing overflows) and a shift by a tenth of its mean magnitude (a tenth,
+    where it is all zeros: a LayerNorm's bias, a running mean), upwards only for buffers (a running variance
+    stays positive). A forward that assumes the values its module was built with is then wrong."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensors, upwards in ((model.parameters(), False), (model.buffers(), True)):
+            for t in tensors:
+                if not t.is_floating_point() or not t.numel():
+                    continue
+                t.copy_(t.reshape(-1)[torch.randperm(t.numel(), generator=gen).to(t.device)].view_as(t))
+                noise = torch.randn(t.shape, generator=gen).to(t.device, t.dtype)
+                t.add_(0.1 * (noise.abs() if upwards else noise) * float(t.abs().mean() or 1.0))
+
 
 def timed_output_findings(ref, new, pristine: list, timed_inputs: list, timed_outputs: dict, ref_module, *,
                           seed: int, device: torch.device, candidate_file: str, atol: float | None,

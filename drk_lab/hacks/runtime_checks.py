@@ -9,20 +9,31 @@ never the worker's stages, the supervisor or the caller.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import os
 import threading
 
 import torch
 
+from drk_lab.hacks.static_names import NUMERIC_ENV
 from drk_lab.harness import correctness, launches, models, timing
 from drk_lab.harness.processes import child_processes
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
-# What the harness times and compares with: a candidate must not replace their attributes. Harness modules
-# are named by their own __name__, so a rename cannot silently drop one; the worker adds its own modules.
+# What the harness times and compares with, and what the reference runs: a candidate must not replace their
+# attributes (or add one to a class, shadowing what it inherits). Harness modules are named by their own
+# __name__, so a rename cannot silently drop one; the worker adds its own modules.
 WATCHED_MODULES = ("torch", "torch.cuda", "torch.nn.functional", "torch.Tensor", "torch._C.TensorBase",
-                   "torch.cuda.Event", "time", "triton", "triton.testing", correctness.__name__, timing.__name__,
-                   launches.__name__, models.__name__)
+                   "torch.cuda.Event", "torch.nn.Module", "torch.nn.modules.module", "time", "triton",
+                   "triton.testing", correctness.__name__, timing.__name__, launches.__name__, models.__name__,
+                   "drk_lab.hacks.runtime_checks", "drk_lab.hacks.extra_calls", "drk_lab.hacks.torch_work",
+                   *(f"torch.nn.{name}" for name in torch.nn.modules.__all__))
+# the harness's own modules: their data (tolerances, limits) must not change either
+HARNESS_PREFIX = "drk_lab."
+# torch's lazy import of torch._dynamo (on a custom op's first call, say) rebinds torch.manual_seed to this
+# wrapper of the same function: not the candidate's doing
+_DYNAMO_WRAPPER = torch._disable_dynamo(lambda: None).__code__
 
 
 def resolve(dotted: str):
@@ -56,20 +67,43 @@ def numerics_flags() -> dict:
         "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
         "torch.get_default_dtype()": str(torch.get_default_dtype()),
     }
+    flags.update({f"os.environ[{name!r}]": os.environ.get(name) for name in sorted(NUMERIC_ENV)})
     return flags
 
 
-def attribute_ids(watched: tuple[str, ...]) -> dict[str, int]:
-    ids = {}
+def _watched(value) -> bool:
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def watched_objects(watched: tuple[str, ...]) -> dict[str, object]:
+    found = {}
     for dotted in watched:
         try:
-            obj = resolve(dotted)
+            found[dotted] = resolve(dotted)
         except (ImportError, AttributeError):
             continue
-        for name, value in list(vars(obj).items()):
-            if callable(value) and (not name.startswith("_") or name.startswith("__")):
-                ids[f"{dotted}.{name}"] = id(value)
-    return ids
+    return found
+
+
+def members(obj) -> dict[str, object]:
+    """The callable attributes watched on a module (public ones and dunders) or a class (all)."""
+    every = isinstance(obj, type)
+    return {name: value for name, value in vars(obj).items()
+            if _watched(value) and (every or not name.startswith("_") or name.startswith("__"))}
+
+
+def code_of(value) -> tuple | None:
+    """What a Python function runs (code, defaults, keyword defaults: swapped in place, the object stays)."""
+    fn = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+    code = getattr(fn, "__code__", None)
+    return (code, fn.__defaults__, fn.__kwdefaults__) if code is not None else None
+
+
+def global_hooks() -> dict[str, tuple]:
+    """The hooks registered for every module (the reference's included)."""
+    module = torch.nn.modules.module
+    return {name: tuple(value) for name, value in vars(module).items()
+            if name.startswith("_global_") and isinstance(value, dict)}
 
 
 def active_modes() -> int:
@@ -82,14 +116,34 @@ def active_modes() -> int:
 
 
 class Snapshot:
-    """The harness's world before the candidate is loaded: flags, attributes, threads, modes."""
+    """The harness's world before the candidate is loaded: flags, attributes and their code, the harness's
+    constants, global module hooks, threads, modes."""
 
     def __init__(self, watched: tuple[str, ...] = WATCHED_MODULES):
-        self.watched = watched
+        self.objects = watched_objects(watched)
+        self.members = {dotted: members(obj) for dotted, obj in self.objects.items()}
+        self.codes = [(f"{d}.{name}", fn, code) for d, found in self.members.items() for name, fn in found.items()
+                      if (code := code_of(fn)) is not None]
+        self.constants = [(f"{d}.{name}", obj, name, copy.copy(value)) for d, obj in self.objects.items()
+                          if d.startswith(HARNESS_PREFIX) for name, value in vars(obj).items() if name.isupper()]
         self.flags = numerics_flags()
-        self.ids = attribute_ids(watched)
+        self.hooks = global_hooks()
         self.threads = {t.ident for t in threading.enumerate()}
         self.modes = active_modes()
+
+    def replaced(self) -> list[str]:
+        """Watched attributes replaced, their code swapped, attributes added to a watched class (shadowing
+        what it inherits), and the harness's constants changed."""
+        found = []
+        for dotted, obj in self.objects.items():
+            now, before = vars(obj), self.members[dotted]
+            found += [f"{dotted}.{name}" for name, value in before.items()
+                      if now.get(name, value) is not value and not _rewrapped(value, now[name])]
+            if isinstance(obj, type):
+                found += [f"{dotted}.{name}" for name, value in now.items() if name not in before and _watched(value)]
+        found += [key for key, fn, code in self.codes if code_of(fn) != code]
+        found += [key for key, obj, name, value in self.constants if vars(obj).get(name, value) != value]
+        return found
 
     def findings(self) -> list[tuple[str, str]]:
         found = []
@@ -97,16 +151,25 @@ class Snapshot:
         changed = [f"{k}: {self.flags[k]!r} -> {flags[k]!r}" for k in self.flags if flags.get(k) != self.flags[k]]
         if changed:
             found.append(("global_flags", "changed global numerics flags: " + "; ".join(changed)))
-        ids = attribute_ids(self.watched)
-        replaced = sorted(k for k, v in self.ids.items() if k in ids and ids[k] != v)
+        replaced = self.replaced()
         if replaced:
-            found.append(("patches_harness", "replaced " + ", ".join(replaced[:8])))
+            found.append(("patches_harness", "replaced " + ", ".join(sorted(replaced)[:8])))
+        hooks = global_hooks()
+        added = sorted(k for k, v in hooks.items() if set(v) - set(self.hooks.get(k, ())))
+        if added:
+            found.append(("patches_harness", "registered hooks that run on every module, the reference's included: "
+                          + ", ".join(added)))
         if active_modes() > self.modes:
             found.append(("patches_harness", "left a torch function or dispatch mode active"))
         started = [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
         if started:
             found.append(("background_work", "started threads: " + ", ".join(t.name for t in started[:5])))
         return found
+
+
+def _rewrapped(old, new) -> bool:
+    """torch's own lazy rebinding: its _disable_dynamo wrapper around the very same function."""
+    return getattr(new, "__wrapped__", None) is old and getattr(new, "__code__", None) is _DYNAMO_WRAPPER
 
 
 def value_sums(t: torch.Tensor) -> list[float]:

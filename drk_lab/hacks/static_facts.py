@@ -5,6 +5,9 @@ kernel or compute with PyTorch, and how values are built. The static rules (stat
 from __future__ import annotations
 
 import ast
+import functools
+import sys
+import types
 
 from drk_lab.hacks.static_names import (
     BUILTIN_NAMES, DYNAMIC_IMPORTS, ENV_SETTERS, GETATTRS, STREAM_CREATORS, TENSOR_COMPUTE_METHODS, TORCH_NON_COMPUTE)
@@ -18,6 +21,20 @@ PATH_METHODS = set("absolute resolve expanduser with_name with_stem with_suffix 
 MODE_ATTRS = {"training", "requires_grad", "grad_fn"}
 MODE_CALLS = set("torch.is_grad_enabled torch.is_inference_mode_enabled torch.jit.is_scripting torch.jit.is_tracing "
                  "torch.compiler.is_compiling torch._dynamo.is_compiling".split())
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical(dotted: str) -> str:
+    """A dotted name under the module that really holds it: `torch.sys.modules` is `sys.modules` (torch
+    imports sys and keeps it as an attribute; many modules re-export others so). Walks only modules already
+    imported here, through their own namespaces, so nothing is imported or run."""
+    parts = dotted.split(".")
+    module, used = sys.modules.get(parts[0]), 1
+    if not isinstance(module, types.ModuleType):
+        return dotted
+    while used < len(parts) and isinstance(inner := vars(module).get(parts[used]), types.ModuleType):
+        module, used = inner, used + 1
+    return ".".join([module.__name__, *parts[used:]]) if used > 1 else dotted
 
 
 def const_str(node) -> str | None:
@@ -94,11 +111,11 @@ class CandidateTree:
         """The dotted name an expression refers to (`T.cuda.Stream` -> "torch.cuda.Stream"), or None."""
         if isinstance(node, ast.Name):
             if node.id in self.aliases:
-                return self.aliases[node.id]
+                return canonical(self.aliases[node.id])
             return f"builtins.{node.id}" if node.id in BUILTIN_NAMES and node.id not in self.shadowed else None
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
-            return f"{base}.{node.attr}" if base else None
+            return canonical(f"{base}.{node.attr}") if base else None
         if isinstance(node, ast.Subscript) and self.resolve(node.value) == "sys.modules":
             return const_str(node.slice)
         if isinstance(node, ast.Call) and self.resolve(node.func) == "torch.get_device_module":

@@ -38,7 +38,11 @@ USE_RULES: dict[str, tuple[str, str]] = {
              "gc.get_referents inspect.stack inspect.currentframe inspect.getouterframes inspect.getinnerframes "
              "inspect.trace traceback.walk_stack traceback.walk_tb sys._current_frames threading.settrace "
              "threading.setprofile atexit unittest.mock builtins.__builtins__ __main__ "
-             "torch.utils._python_dispatch torch.overrides.TorchFunctionMode torch.overrides.BaseTorchFunctionMode"),
+             "torch.utils._python_dispatch torch.overrides.TorchFunctionMode torch.overrides.BaseTorchFunctionMode "
+             "torch._C._len_torch_dispatch_stack torch._C._len_torch_function_stack torch._C._get_dispatch_mode "
+             "torch._C._get_function_stack_at torch._C._get_dispatch_stack_at"),
+    **_rules("patches_harness", "registers a hook that runs on every module, the reference's included",
+             "torch.nn.modules.module.register_module_* torch.nn.modules.module._global_*"),
     **_rules("background_work", "starts background work", "threading.Thread threading.Timer _thread multiprocessing "
              "torch.multiprocessing concurrent.futures os.fork os.forkpty os.register_at_fork asyncio.create_task "
              "asyncio.ensure_future asyncio.run asyncio.get_event_loop asyncio.new_event_loop asyncio.to_thread "
@@ -48,6 +52,8 @@ USE_RULES: dict[str, tuple[str, str]] = {
     **_rules("global_flags", FLAGS, "torch.set_float32_matmul_precision torch.set_flush_denormal "
              "torch.use_deterministic_algorithms torch.set_deterministic_debug_mode torch.set_default_dtype "
              "torch.set_default_tensor_type torch.set_default_device torch._C._set_*"),
+    **_rules("torch_does_the_work", "compiles PyTorch code: the compiler's kernels, not yours, do the work",
+             "torch.compile torch._dynamo torch._inductor torch.jit.script torch.jit.trace"),
     **_rules("lazy_output", "builds a tensor subclass", "torch.Tensor._make_subclass torch.Tensor._make_wrapper_subclass"),
     **_rules("calls_reference", "the task's reference module", "reference"),
 }
@@ -55,6 +61,8 @@ WILDCARD_RULES = [(p[:-1], rule) for p, rule in USE_RULES.items() if p.endswith(
 # assigning attributes under these roots patches code that the harness or the reference runs
 PROTECTED_ROOTS = set("torch triton time drk_lab builtins sys gc inspect os numpy functools importlib threading "
                       "reference __main__ math random".split())
+# a function's code and defaults, rewritten in place: the function object stays, what it runs changes
+CODE_ATTRS = {"__code__", "__defaults__", "__kwdefaults__"}
 FRAME_ATTRS = set("f_back f_locals f_globals f_builtins tb_frame gi_frame cr_frame ag_frame __globals__ __closure__ "
                   "cell_contents".split())
 NUMERIC_ENV = set("NVIDIA_TF32_OVERRIDE TORCH_ALLOW_TF32_CUBLAS_OVERRIDE CUBLAS_WORKSPACE_CONFIG".split())
@@ -72,6 +80,8 @@ GETATTRS = {"builtins.getattr", "builtins.object.__getattribute__", "builtins.ty
 ENV_SETTERS = {"os.putenv": 0, "os.environ.setdefault": 0, "os.environ.__setitem__": 0, "os.environ.update": None,
                "operator.setitem": 1}
 DYNAMIC_IMPORTS = {"builtins.__import__", "importlib.import_module", "importlib.__import__"}
+# NumPy functions that take a tensor's values to the host
+NUMPY_IN = {"numpy.asarray", "numpy.array", "numpy.asanyarray", "numpy.frombuffer", "numpy.ascontiguousarray"}
 CACHE_DECORATORS = {"functools.lru_cache", "functools.cache"}
 # torch.get_device_module(...) resolves to torch.cuda, so its .Stream is torch.cuda.Stream
 STREAM_CREATORS = set("torch.cuda.Stream torch.cuda.streams.Stream torch.Stream torch.cuda.ExternalStream "

@@ -3,7 +3,8 @@
 The static rules read the candidate's syntax tree only, never its raw text, so a word in a comment,
 a docstring or a string literal cannot trigger them. Names are resolved through the candidate's
 imports and simple assignments (`import torch as T`, `from torch import cuda`, `sync = T.cuda`,
-`getattr(torch, "cuda")`, `__import__("subprocess")`, `sys.modules["x"]`) before they are matched.
+`getattr(torch, "cuda")`, `__import__("subprocess")`, `sys.modules["x"]`), and through the modules that
+really hold them (`torch.sys` is sys), before they are matched.
 
 What the static rules cover, by code (the others are left to the runtime checks):
 - fallback_to_torch: an except handler, in ModelNew or the functions it reaches, that computes with
@@ -15,7 +16,9 @@ What the static rules cover, by code (the others are left to the runtime checks)
   lookups keyed by `data_ptr()` or `id()`; torch.save/load, pickle, numpy save/load.
 - patches_harness: assigning, deleting or setattr-ing attributes of torch, triton, time, sys, gc,
   inspect, builtins, drk_lab, ...; sys.modules, frames, gc.get_objects, inspect.stack, mock.patch,
-  dispatch modes, ATen overrides through torch.library.
+  dispatch modes, ATen overrides through torch.library; a function's __code__ or defaults assigned;
+  hooks registered on every module.
+- torch_does_the_work: a tensor handed to NumPy; torch.compile, dynamo, inductor, TorchScript.
 - global_flags: writes under torch.backends, torch.set_float32_matmul_precision and friends.
 - background_work: threads, executors, multiprocessing, fork, asyncio tasks, torch.jit.fork.
 - lazy_output: torch.Tensor subclasses, __torch_function__/__torch_dispatch__, _make_subclass,
@@ -44,8 +47,8 @@ import ast
 from drk_lab.hacks.catalogue import Finding, verdict
 from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, const_str, forward_params, last_binding
 from drk_lab.hacks.static_names import (
-    CACHE_DECORATORS, CACHE_TRICK_NAMES, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS, HIDDEN,
-    NUMERIC_ENV, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
+    CACHE_DECORATORS, CACHE_TRICK_NAMES, CODE_ATTRS, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS,
+    HIDDEN, NUMERIC_ENV, NUMPY_IN, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
 from drk_lab.hacks.static_state import CallState
 
 
@@ -96,7 +99,7 @@ class StaticRules(CandidateTree):
         for rule in (self.check_imports, self.check_uses, self.check_assignments, self.check_calls,
                      self.check_classes, self.check_fallbacks, self.check_caches, self.check_side_streams,
                      self.check_cache_tricks, self.check_kernel_launches, self.check_unwritten_outputs,
-                     self.check_call_state):
+                     self.check_call_state, self.check_host_compute):
             rule()
         return sorted(((code, message, line) for (code, message), line in self.findings.items()),
                       key=lambda f: (f[2] or 0, f[0]))
@@ -162,6 +165,8 @@ class StaticRules(CandidateTree):
             for t in targets:
                 if isinstance(t, ast.Attribute) and t.attr == "__class__":
                     self.add("lazy_output", t, "reassigns an object's __class__")
+                elif isinstance(t, ast.Attribute) and t.attr in CODE_ATTRS:
+                    self.add("patches_harness", t, f"{verb} a function's {t.attr}: changes what it runs in place")
                 elif isinstance(t, ast.Attribute):
                     self.classify_target(self.resolve(t), t, verb)
                 elif isinstance(t, ast.Subscript):
@@ -183,6 +188,8 @@ class StaticRules(CandidateTree):
             if q in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
                      "builtins.type.__setattr__") and len(args) >= 2:
                 base, name = self.resolve(args[0]), const_str(args[1]) or "<computed name>"
+                if name in CODE_ATTRS:
+                    self.add("patches_harness", n, f"sets a function's {name}: changes what it runs in place")
                 self.classify_target(f"{base}.{name}" if base else None, n, "sets" if "set" in q else "deletes")
             elif q in GETATTRS and len(args) >= 2 and const_str(args[1]) is None and \
                     (self.resolve(args[0]) or "").split(".")[0] in PROTECTED_ROOTS:
@@ -368,6 +375,15 @@ class StaticRules(CandidateTree):
                                                   and self.is_empty_alloc(last_binding(fn, v.id, r.lineno))):
                         self.add("reads_uninitialized", r, "returns a torch.empty tensor that no kernel or operation "
                                  "writes: its values are whatever freed memory held")
+
+    def check_host_compute(self) -> None:
+        """A tensor handed to NumPy (`.numpy()`, `np.asarray(t)`, `__array__`): the host computes, out of the
+        sight of the kernels-off check and of the count of PyTorch's work."""
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                    n.func.attr in ("numpy", "__array__") or (n.args and (self.resolve(n.func) or "") in NUMPY_IN)):
+                self.add("torch_does_the_work", n, f"hands a tensor to NumPy (.{n.func.attr}): the host computes, "
+                         "not a kernel")
 
     def check_call_state(self) -> None:
         """State the forward keeps across calls and branches on: right for the checked calls, then not."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -27,6 +27,33 @@ from drk_lab.harness.protocol import COMPILE_NOT_ASKED, Job, RawResult
 from drk_lab.harness.timing import MIN_TRIALS, time_cuda, warm_up
 
 CANDIDATE_FILE, REFERENCE_FILE = "candidate.py", "reference.py"  # in the job's folder, the worker's cwd
+
+
+@contextmanager
+def first_config_on_cpu(device: torch.device, notes: list[str]):
+    """Triton's interpreter cannot benchmark (it has no driver): on the CPU an autotuned kernel runs the first
+    configuration its own pruning keeps, and the notes say so."""
+    if device.type != "cpu":
+        yield
+        return
+    from triton.runtime.autotuner import Autotuner
+
+    prune = Autotuner.prune_configs
+
+    def first(tuner, *args, **kwargs):
+        configs = prune(tuner, *args, **kwargs)
+        chosen = {**configs[0].kwargs, "num_warps": configs[0].num_warps, "num_stages": configs[0].num_stages}
+        note = (f"autotune on the CPU: {tuner.base_fn.__name__} ran with the first of its {len(configs)} "
+                f"configurations, {chosen}: the interpreter cannot time them")
+        if len(configs) > 1 and note not in notes:
+            notes.append(note)
+        return configs[:1]
+
+    Autotuner.prune_configs = first
+    try:
+        yield
+    finally:
+        Autotuner.prune_configs = prune
 
 
 class JobRunner:
@@ -61,7 +88,8 @@ class JobRunner:
             if self.job.mode == "baseline":
                 result.baseline = self.baseline()
             else:
-                self.candidate(result)
+                with first_config_on_cpu(self.device, result.notes):
+                    self.candidate(result)
         except EvaluationFailure as failure:
             result.error_kind, result.error = failure.kind, str(failure)
         except BaseException as e:  # a harness bug must still come back as a result
