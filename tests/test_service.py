@@ -118,6 +118,50 @@ def test_named_tasks_batch_and_workers(server, client, relu_solution):
     assert workers and workers[0]["device"] == "cpu" and workers[0]["slots"] == 2
 
 
+def test_hundreds_of_concurrent_requests_are_each_answered_with_their_result(server, client, relu_small,
+                                                                            relu_solution):
+    """300 requests at once, each with a task source of its own: the server parses them in its request loop
+    while its job threads parse theirs and run the static checks (CPython 3.11's AST construction is not
+    thread-safe, gh-106905: this once answered 500). Named tasks, static verdicts and a few real evaluations
+    are mixed in; every request gets 200 and its own result, and no job is left unfinished."""
+    padding = "\n".join(f"def unused_{k}(a, b):\n    return [(a + b * {k}) // (a - b or 1) for _ in range(a) if a > b]"
+                        for k in range(150))  # a large tree: long enough for two parses to overlap
+    cheat = "import subprocess\n" + relu_solution
+    cases = []
+    for i in range(300):
+        source = {"task_source": f"{relu_small.source}\n{padding}\nREQUEST = {i}\n", "task_name": f"relu_{i}"}
+        if i % 50 == 7:
+            cases.append(({**source, "code": f"# {i}\n{relu_solution}"}, None))
+        elif i % 3 == 0:
+            cases.append(({**source, "code": f"# {i}\nclass ModelNew:\n    pass\n"}, "no_triton_kernel"))
+        elif i % 3 == 1:
+            cases.append(({**source, "code": f"# {i}\n{cheat}"}, "hacked"))
+        else:
+            cases.append(({"task": "level1/01_relu", "code": f"# {i}\ndef broken(:\n"}, "syntax"))
+    local, opened = threading.local(), []
+
+    def send(case):
+        if not hasattr(local, "http"):  # a client per thread: httpx's shared pool can close a busy connection
+            local.http = httpx.Client(base_url=server["url"], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300)
+            opened.append(local.http)
+        return local.http.post("/v1/evaluate", json={**case[0], "options": {"seed": 0, "timing": False},
+                                                     "wait_s": 240})
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(48) as threads:
+        answers = list(threads.map(send, cases))
+    for http in opened:
+        http.close()
+    assert [a.status_code for a in answers] == [200] * len(cases), {a.status_code: a.text[:200] for a in answers}
+    for (_, expected), answer in zip(cases, answers):
+        result = answer.json()["result"]
+        assert answer.json()["state"] == "done" and result, answer.text[:300]
+        assert (result["correct"] if expected is None else result["error_kind"] == expected), (expected, result["error"])
+    assert len({a.json()["job_id"] for a in answers}) == len(cases)
+    assert set(client.health()["jobs"]) == {"done"}
+
+
 def raw(server, method, path, token=TOKEN, **kwargs):
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.request(method, server["url"] + path, headers={**headers, **kwargs.pop("headers", {})},

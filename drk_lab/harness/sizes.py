@@ -22,6 +22,8 @@ import functools
 import operator
 from dataclasses import dataclass, field
 
+from drk_lab.harness.syntax import parse
+
 BATCH_NAMES = ("batch_size", "batch", "bs", "B", "BATCH_SIZE", "BATCH")
 MIN_SCALABLE = 16  # smaller ints are kernel sizes, strides, paddings, groups, axes: never derived
 SMALL_ELEMENTS = 1 << 18  # inputs + outputs + weights of one call (1 MiB of fp32)
@@ -106,7 +108,7 @@ def replace_nodes(source: str, edits: list[tuple[ast.expr, str]]) -> str:
 def resize_source(source: str, sizes: dict[str, object]) -> str:
     """The source with constants replaced by ints or tuples/lists of ints (Task.resized checks names and
     types first). Names that share one value (`height = width = 256`) must get the same new value."""
-    found = module_constants(ast.parse(source))
+    found = module_constants(parse(source))
     edits: dict[tuple[int, int], tuple[ast.expr, str, str]] = {}
     for name, value in sizes.items():
         node = found[name][1]
@@ -231,7 +233,7 @@ def derive_small_sizes(source: str) -> Derived:
 
 @functools.lru_cache(maxsize=512)
 def _derive(source: str) -> Derived:
-    tree = ast.parse(source)
+    tree = parse(source)
     constants = module_constants(tree)
     original = {name: value for name, (value, _) in constants.items() if _scalable(name, value)}
     shared: dict[tuple, list[str]] = {}  # names bound to one value node change together

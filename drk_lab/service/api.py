@@ -110,8 +110,10 @@ def builtin_index() -> dict[str, Path]:
 
 
 @lru_cache(maxsize=512)
-def load_named(path: str, mtime: float) -> Task:
-    return load_task(path)
+def load_named(path: str, mtime: float, small: bool) -> Task:
+    """A task file, loaded (and made small) once per version of the file, not for every request."""
+    task = load_task(path)
+    return task.small() if small else task
 
 
 def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str] | None = None,
@@ -177,10 +179,9 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
                     break
         if path is None:
             raise HTTPException(404, f"unknown task {body.task!r}: neither a built-in task nor a file in the task folders")
+        small = body.small if body.small is not None else runner.pool.device_name == "cpu"
         try:
-            task = load_named(str(path), path.stat().st_mtime)
-            small = body.small if body.small is not None else runner.pool.device_name == "cpu"
-            return task.small() if small else task
+            return load_named(str(path), path.stat().st_mtime, small)
         except TaskError as e:
             raise HTTPException(422, f"task {body.task!r}: {e}") from None
 
