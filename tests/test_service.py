@@ -2,6 +2,7 @@
 SQLite file): the same EvalResult as a local call, repeats answered from the store, every bad request with
 its status and a JSON body, the token rule, and a restart that keeps every finished result and job."""
 
+import http.client
 import json
 import os
 import signal
@@ -221,7 +222,8 @@ def test_the_client_raises_on_a_4xx_and_retries_a_dead_address(server, relu_smal
 
 
 def test_a_server_fault_is_a_json_500_without_a_traceback(tmp_path):
-    """A real fault inside a route (the store's database closed under it) on an in-process uvicorn server."""
+    """A real fault inside a route (the store's database closed under it) on an in-process uvicorn server: a JSON 500,
+    and the client's connection stays usable."""
     import uvicorn
 
     from drk_lab.service.server import ServeSettings, build_app
@@ -239,6 +241,12 @@ def test_a_server_fault_is_a_json_500_without_a_traceback(tmp_path):
         assert response.status_code == 500
         assert "internal server error (ProgrammingError)" in response.json()["error"]
         assert "Traceback" not in response.text and "sqlite" not in response.text.lower()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(2):  # the connection stays open (a fault that left the app made uvicorn close it)
+            connection.request("GET", "/health")
+            answer = connection.getresponse()
+            assert answer.status == 500 and b"ProgrammingError" in answer.read()
+        connection.close()
     finally:
         server.should_exit = True
         thread.join(timeout=10)

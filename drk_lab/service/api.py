@@ -131,17 +131,16 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
     async def on_http(request: Request, exc: StarletteHTTPException):
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def on_fault(request: Request, exc: Exception):
-        log.exception("error in %s %s", request.method, request.url.path)
-        return error(500, f"internal server error ({type(exc).__name__}); the server's log has the details")
-
     @app.middleware("http")
-    async def limit_body(request: Request, call_next):
+    async def limit_body_and_answer_faults(request: Request, call_next):
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
             return error(413, f"the request body is larger than {MAX_BODY_BYTES >> 20} MiB")
-        return await call_next(request)
+        try:
+            return await call_next(request)
+        except Exception as exc:  # answered here: past this point Starlette re-raises it and uvicorn drops the connection
+            log.exception("error in %s %s", request.method, request.url.path)
+            return error(500, f"internal server error ({type(exc).__name__}); the server's log has the details")
 
     def authorized(request: Request) -> None:
         if token is None:
