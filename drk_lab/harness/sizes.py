@@ -31,7 +31,7 @@ SMALL_FLOPS = 1 << 28  # of one call (about 0.27 GFLOP)
 SAVING = 0.9  # a step must cut the elements or the FLOPs of a call by at least 10%
 # Above either, even at its smallest valid shape, a task is refused on the CPU path. A worker holds about
 # three times a call's tensors (reference and candidate, inputs and outputs) under a host-memory limit of
-# half the machine's memory; a TFLOP is about 7 s a call for the reference on two cores (VGG19's 39
+# half the memory available; a TFLOP is about 7 s a call for the reference on two cores (VGG19's 39
 # GFLOP take 0.27 s), so with the trials and checks an evaluation would pass its time limit.
 LIMIT_BYTES = 2 << 30
 LIMIT_FLOPS = 1e12
