@@ -172,6 +172,7 @@ class Run:
                 self.servers.append({"pid": server.pid, "start_s": round(time.monotonic() - t0, 1),
                                      "start_attempts": attempt, "rss_start_mib": rss_mib(server.pid)})
                 return server
+            time.sleep(30)  # a busy moment of the machine may pass
         raise SystemExit("the server exited during start-up three times")
 
     def stop(self, sig: int) -> None:
