@@ -97,20 +97,34 @@ def rss_mib(pid: int) -> float:
         return round(next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024, 1)
 
 
+def session_weight(pid: int, nice: int) -> None:
+    """The CPU weight of a session (Linux autogroups: each session gets an equal share of the CPU)."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass
+
+
 def start_server(port: int, store: str, workers: int) -> subprocess.Popen | None:
-    """The server once it answers; None if it exited first (Ray gives a raylet 30 s to register: on two busy cores
-    that can pass)."""
+    """The server once it answers; None if it exited first. Its raylet waits a fixed 15 s for Ray's agents to start:
+    on two cores shared with other sessions (each harness worker is a session of its own) they can take longer,
+    so the server's session, where Ray starts, gets a higher weight until it answers."""
     proc = subprocess.Popen([sys.executable, "-m", "drk_lab.cli", "serve", "--port", str(port), "--store", store,
                              "--pool", "ray", "--workers", str(workers), "--slots", "1", "--device", "cpu"],
                             env={**os.environ, "DRK_SERVICE_TOKEN": TOKEN}, start_new_session=True)
-    for _ in range(1200):
-        if proc.poll() is not None:
-            return None
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.5)
+    session_weight(proc.pid, -10)
+    try:
+        for _ in range(1200):
+            if proc.poll() is not None:
+                return None
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return proc
+            except httpx.TransportError:
+                time.sleep(0.5)
+    finally:
+        session_weight(proc.pid, 0)
     raise SystemExit("the server did not come up in 10 minutes")
 
 
