@@ -264,6 +264,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.requests = args.requests or (10_000 if args.soak else 1000)
+    if not args.soak and not 0 <= args.kill_after < args.requests:
+        parser.error("--kill-after must be below --requests: the kill comes after that many answers")
     OUT.mkdir(parents=True, exist_ok=True)
     pool = candidates(args.copies or (20 if args.soak else 6))
     rng = random.Random(args.seed)
