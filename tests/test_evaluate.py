@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 import drk_lab as drk
+from drk_lab.harness.caller import default_host_memory_bytes
 from drk_lab.harness.validity import check_candidate
 from drk_lab.quickstart import load_variants
 
@@ -76,6 +77,22 @@ def test_output_is_bounded(relu_small):
     assert result.ok
     assert "spam" in result.stdout and "bytes cut" in result.stdout
     assert len(result.stdout) < 20_000
+
+
+def test_a_host_memory_hoard_ends_as_oom_as_soon_as_it_passes_its_limit(relu_small, relu_solution):
+    """256 MiB tensors in a loop: the worker is stopped within one allocation (and one 0.1 s poll) of its limit,
+    long before its time limit. Without a limit given, it is half of the memory available, not of the total."""
+    hoard = relu_solution.replace("        x = x.contiguous()\n", "        x = x.contiguous()\n        hoard = []\n"
+                                  "        while True:\n            hoard.append(torch.ones(64 << 20))\n")
+    assert hoard != relu_solution
+    result = drk.evaluate(relu_small, hoard, device="cpu", timeout_s=30, host_memory_bytes=1 << 30)
+    assert result.error_kind == "oom" and "past the 1.00 GiB limit" in result.error, result.error
+    reached = float(result.error.split("reached ")[1].split(" GiB")[0])
+    assert 1.0 < reached < 1.0 + 0.5, result.error  # one 256 MiB tensor and what grows in one poll
+    assert result.eval_seconds < 25
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    assert default_host_memory_bytes() < min(32 << 30, available // 2) + (256 << 20)
 
 
 def test_one_evaluation_cannot_change_another(relu_small, relu_solution):

@@ -2,6 +2,7 @@
 SQLite file): the same EvalResult as a local call, repeats answered from the store, every bad request with
 its status and a JSON body, the token rule, and a restart that keeps every finished result and job."""
 
+import http.client
 import json
 import os
 import signal
@@ -118,6 +119,50 @@ def test_named_tasks_batch_and_workers(server, client, relu_solution):
     assert workers and workers[0]["device"] == "cpu" and workers[0]["slots"] == 2
 
 
+def test_hundreds_of_concurrent_requests_are_each_answered_with_their_result(server, client, relu_small,
+                                                                            relu_solution):
+    """300 requests at once, each with a task source of its own: the server parses them in its request loop
+    while its job threads parse theirs and run the static checks (CPython 3.11's AST construction is not
+    thread-safe, gh-106905: this once answered 500). Named tasks, static verdicts and a few real evaluations
+    are mixed in; every request gets 200 and its own result, and no job is left unfinished."""
+    padding = "\n".join(f"def unused_{k}(a, b):\n    return [(a + b * {k}) // (a - b or 1) for _ in range(a) if a > b]"
+                        for k in range(150))  # a large tree: long enough for two parses to overlap
+    cheat = "import subprocess\n" + relu_solution
+    cases = []
+    for i in range(300):
+        source = {"task_source": f"{relu_small.source}\n{padding}\nREQUEST = {i}\n", "task_name": f"relu_{i}"}
+        if i % 50 == 7:
+            cases.append(({**source, "code": f"# {i}\n{relu_solution}"}, None))
+        elif i % 3 == 0:
+            cases.append(({**source, "code": f"# {i}\nclass ModelNew:\n    pass\n"}, "no_triton_kernel"))
+        elif i % 3 == 1:
+            cases.append(({**source, "code": f"# {i}\n{cheat}"}, "hacked"))
+        else:
+            cases.append(({"task": "level1/01_relu", "code": f"# {i}\ndef broken(:\n"}, "syntax"))
+    local, opened = threading.local(), []
+
+    def send(case):
+        if not hasattr(local, "http"):  # a client per thread: httpx's shared pool can close a busy connection
+            local.http = httpx.Client(base_url=server["url"], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300)
+            opened.append(local.http)
+        return local.http.post("/v1/evaluate", json={**case[0], "options": {"seed": 0, "timing": False},
+                                                     "wait_s": 240})
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(48) as threads:
+        answers = list(threads.map(send, cases))
+    for http in opened:
+        http.close()
+    assert [a.status_code for a in answers] == [200] * len(cases), {a.status_code: a.text[:200] for a in answers}
+    for (_, expected), answer in zip(cases, answers):
+        result = answer.json()["result"]
+        assert answer.json()["state"] == "done" and result, answer.text[:300]
+        assert (result["correct"] if expected is None else result["error_kind"] == expected), (expected, result["error"])
+    assert len({a.json()["job_id"] for a in answers}) == len(cases)
+    assert set(client.health()["jobs"]) == {"done"}
+
+
 def raw(server, method, path, token=TOKEN, **kwargs):
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.request(method, server["url"] + path, headers={**headers, **kwargs.pop("headers", {})},
@@ -177,7 +222,8 @@ def test_the_client_raises_on_a_4xx_and_retries_a_dead_address(server, relu_smal
 
 
 def test_a_server_fault_is_a_json_500_without_a_traceback(tmp_path):
-    """A real fault inside a route (the store's database closed under it) on an in-process uvicorn server."""
+    """A real fault inside a route (the store's database closed under it) on an in-process uvicorn server: a JSON 500,
+    and the client's connection stays usable."""
     import uvicorn
 
     from drk_lab.service.server import ServeSettings, build_app
@@ -195,6 +241,12 @@ def test_a_server_fault_is_a_json_500_without_a_traceback(tmp_path):
         assert response.status_code == 500
         assert "internal server error (ProgrammingError)" in response.json()["error"]
         assert "Traceback" not in response.text and "sqlite" not in response.text.lower()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(2):  # the connection stays open (a fault that left the app made uvicorn close it)
+            connection.request("GET", "/health")
+            answer = connection.getresponse()
+            assert answer.status == 500 and b"ProgrammingError" in answer.read()
+        connection.close()
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -31,8 +31,15 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION
 
 
 def default_host_memory_bytes() -> int:
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return min(32 << 30, total // 2)
+    """A job's host-memory limit when none is given: half of the memory available as it starts, at most 32 GiB.
+    Half of the machine's total could be more than is free (other evaluations, other programs): the kernel's
+    out-of-memory killer would then end the worker first, or something else."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return min(32 << 30, available // 2)
 
 
 class Sandbox:

@@ -15,6 +15,7 @@ from drk_lab.harness.devices import resolve_device
 from drk_lab.harness.protocol import COMPILE_NOT_ASKED, STAGE_TIMEOUTS, Job, RawResult
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.shapes import other_shape
+from drk_lab.harness.syntax import PARSE_LOCK
 from drk_lab.harness.task import Task
 from drk_lab.harness.timing import (FLUSH_BYTES, baseline_key, load_baseline, load_copy_bandwidth, save_baseline,
                                    save_copy_bandwidth)
@@ -23,10 +24,6 @@ from drk_lab.harness.validity import check_candidate
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "
                    "where times mean nothing; speedups need a CUDA GPU")
 
-# CPython 3.11's ast.parse can fail when threads (evaluate_many's) parse at once ("SystemError: AST
-# constructor recursion depth mismatch"): the caller's checks that parse sources take milliseconds and
-# run one at a time.
-_PARSE_LOCK = threading.Lock()
 DEFAULT_TIMEOUT_S = 120.0
 USER_TIMED_STAGES = ("load", "trial", "timing")  # the stages whose own limit a timeout_s given lifts
 _baseline_locks: dict[str, threading.Lock] = {}
@@ -55,7 +52,7 @@ def evaluate(task: Task, code: str, *, timing: bool = True, profile: bool = True
     one of those stages (`stage_timeouts` can still set a stage's own).
     """
     device = resolve_device(device)  # ValueError in one line for a device that is not there
-    with _PARSE_LOCK:
+    with PARSE_LOCK:  # the checks parse (syntax.py); they take milliseconds and run one at a time
         static_failure = check_candidate(code)
         found = static_hack_check(code) if hack_checks and not static_failure else None
         if not (static_failure or found):

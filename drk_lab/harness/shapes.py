@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass
 
 from drk_lab.harness.sizes import BATCH_NAMES, meta_run
+from drk_lab.harness.syntax import parse
 from drk_lab.harness.task import Task
 
 __all__ = ["BATCH_NAMES", "OtherShape", "meta_run", "other_shape", "sizes_read_by_the_model"]
@@ -77,7 +78,7 @@ def _is_size(value) -> bool:
 
 def sizes_read_by_the_model(source: str) -> set[str]:
     """Module-level names read as globals anywhere but get_inputs/get_init_inputs and module level."""
-    tree = ast.parse(source)
+    tree = parse(source)
     found: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in INPUT_FUNCTIONS:

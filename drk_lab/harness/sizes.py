@@ -22,6 +22,8 @@ import functools
 import operator
 from dataclasses import dataclass, field
 
+from drk_lab.harness.syntax import parse
+
 BATCH_NAMES = ("batch_size", "batch", "bs", "B", "BATCH_SIZE", "BATCH")
 MIN_SCALABLE = 16  # smaller ints are kernel sizes, strides, paddings, groups, axes: never derived
 SMALL_ELEMENTS = 1 << 18  # inputs + outputs + weights of one call (1 MiB of fp32)
@@ -29,7 +31,7 @@ SMALL_FLOPS = 1 << 28  # of one call (about 0.27 GFLOP)
 SAVING = 0.9  # a step must cut the elements or the FLOPs of a call by at least 10%
 # Above either, even at its smallest valid shape, a task is refused on the CPU path. A worker holds about
 # three times a call's tensors (reference and candidate, inputs and outputs) under a host-memory limit of
-# half the machine's memory; a TFLOP is about 7 s a call for the reference on two cores (VGG19's 39
+# half the memory available; a TFLOP is about 7 s a call for the reference on two cores (VGG19's 39
 # GFLOP take 0.27 s), so with the trials and checks an evaluation would pass its time limit.
 LIMIT_BYTES = 2 << 30
 LIMIT_FLOPS = 1e12
@@ -106,7 +108,7 @@ def replace_nodes(source: str, edits: list[tuple[ast.expr, str]]) -> str:
 def resize_source(source: str, sizes: dict[str, object]) -> str:
     """The source with constants replaced by ints or tuples/lists of ints (Task.resized checks names and
     types first). Names that share one value (`height = width = 256`) must get the same new value."""
-    found = module_constants(ast.parse(source))
+    found = module_constants(parse(source))
     edits: dict[tuple[int, int], tuple[ast.expr, str, str]] = {}
     for name, value in sizes.items():
         node = found[name][1]
@@ -231,7 +233,7 @@ def derive_small_sizes(source: str) -> Derived:
 
 @functools.lru_cache(maxsize=512)
 def _derive(source: str) -> Derived:
-    tree = ast.parse(source)
+    tree = parse(source)
     constants = module_constants(tree)
     original = {name: value for name, (value, _) in constants.items() if _scalable(name, value)}
     shared: dict[tuple, list[str]] = {}  # names bound to one value node change together

@@ -90,9 +90,9 @@ class WorkerWatch:
                 failure = ("timeout", f"the evaluation ran past its {job.timeout_s:g} s limit (in stage '{stage}')")
             elif now - started > job.timeout_s + MAX_LOCK_WAIT_S:
                 failure = ("timeout", f"gave up after {now - started:.0f} s waiting for the GPU")
-            elif rss_bytes(self.pid) > job.host_memory_bytes:
-                failure = ("oom", f"host memory use passed the {job.host_memory_bytes / 2**30:.1f} GiB limit "
-                                  f"(in stage '{stage}')")
+            elif (rss := rss_bytes(self.pid)) > job.host_memory_bytes:
+                failure = ("oom", f"host memory use reached {rss / 2**30:.2f} GiB, past the "
+                                  f"{job.host_memory_bytes / 2**30:.2f} GiB limit (in stage '{stage}')")
             elif scratch and now > next_scratch_check and job.workdir:  # once a second: a walk costs
                 next_scratch_check = now + 1.0
                 if folder_bytes(job.workdir) > scratch:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from drk_lab.harness.sizes import derive_small_sizes, describe, is_ints, module_constants, resize_source
+from drk_lab.harness.syntax import parse
 
 REPO_DIR = Path(__file__).resolve().parents[2]  # the repository (data/, figures/, runs/)
 DATA_DIR = REPO_DIR / "data"
@@ -42,7 +43,7 @@ class Task:
     def constants(self) -> dict[str, object]:
         """Module-level constants with literal values (sizes, eps, ...); int arithmetic such as `2048 * 2`
         counts as a literal."""
-        return {name: value for name, (value, _) in module_constants(ast.parse(self.source)).items()}
+        return {name: value for name, (value, _) in module_constants(parse(self.source)).items()}
 
     def resized(self, **sizes) -> Task:
         """The same task with module-level constants replaced, e.g. task.resized(batch_size=4): an int for
@@ -51,7 +52,7 @@ class Task:
 
     def with_sizes(self, sizes: dict, reason: str | None = None) -> Task:
         """resized(**sizes), with the reason for the note on which sizes ran (size_note)."""
-        found = module_constants(ast.parse(self.source))
+        found = module_constants(parse(self.source))
         for name, value in sizes.items():
             if name not in found:
                 raise TaskError(f"{self.name}: no module-level constant named {name!r}")
@@ -116,7 +117,7 @@ def check_source(source: str, origin: str, run: bool = True) -> dict[str, int]:
     meta device, so no memory is touched even at full size. Tasks are trusted code.
     """
     try:
-        tree = ast.parse(source, filename=origin)
+        tree = parse(source, origin)
     except SyntaxError as e:
         raise TaskError(f"{origin}: syntax error at line {e.lineno}: {e.msg}") from None
     top = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}

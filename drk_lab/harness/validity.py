@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from drk_lab.harness.syntax import parse
+
 
 def triton_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
     """Names bound to the triton module, and names bound directly to triton.jit."""
@@ -37,7 +39,7 @@ def triton_kernels(tree: ast.Module) -> list[ast.FunctionDef]:
 def check_candidate(code: str) -> tuple[str, str] | None:
     """(error_kind, message) for a candidate that cannot be run, else None."""
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError as e:
         return "syntax", f"line {e.lineno}: {e.msg}: {(e.text or '').strip()}"
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):

@@ -110,8 +110,10 @@ def builtin_index() -> dict[str, Path]:
 
 
 @lru_cache(maxsize=512)
-def load_named(path: str, mtime: float) -> Task:
-    return load_task(path)
+def load_named(path: str, mtime: float, small: bool) -> Task:
+    """A task file, loaded (and made small) once per version of the file, not for every request."""
+    task = load_task(path)
+    return task.small() if small else task
 
 
 def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str] | None = None,
@@ -129,17 +131,16 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
     async def on_http(request: Request, exc: StarletteHTTPException):
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def on_fault(request: Request, exc: Exception):
-        log.exception("error in %s %s", request.method, request.url.path)
-        return error(500, f"internal server error ({type(exc).__name__}); the server's log has the details")
-
     @app.middleware("http")
-    async def limit_body(request: Request, call_next):
+    async def limit_body_and_answer_faults(request: Request, call_next):
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
             return error(413, f"the request body is larger than {MAX_BODY_BYTES >> 20} MiB")
-        return await call_next(request)
+        try:
+            return await call_next(request)
+        except Exception as exc:  # answered here: past this point Starlette re-raises it and uvicorn drops the connection
+            log.exception("error in %s %s", request.method, request.url.path)
+            return error(500, f"internal server error ({type(exc).__name__}); the server's log has the details")
 
     def authorized(request: Request) -> None:
         if token is None:
@@ -177,10 +178,9 @@ def create_app(runner: JobRunner, token: str | None = None, task_dirs: list[str]
                     break
         if path is None:
             raise HTTPException(404, f"unknown task {body.task!r}: neither a built-in task nor a file in the task folders")
+        small = body.small if body.small is not None else runner.pool.device_name == "cpu"
         try:
-            task = load_named(str(path), path.stat().st_mtime)
-            small = body.small if body.small is not None else runner.pool.device_name == "cpu"
-            return task.small() if small else task
+            return load_named(str(path), path.stat().st_mtime, small)
         except TaskError as e:
             raise HTTPException(422, f"task {body.task!r}: {e}") from None
 

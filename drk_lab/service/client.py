@@ -37,7 +37,10 @@ class ServiceClient:
         self.url = url.rstrip("/")
         token = token or os.environ.get("DRK_SERVICE_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s + POLL_S))
+        # as many idle connections kept as may be open: httpcore 1.0 closes "surplus" idle ones counting busy ones
+        # too, and can close one it has just handed to another thread's request (httpcore #1110)
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s + POLL_S),
+                                 limits=httpx.Limits(max_connections=100, max_keepalive_connections=100))
         self.retries, self.backoff_s = retries, backoff_s
 
     def request(self, method: str, path: str, **kwargs) -> dict:

@@ -10,13 +10,17 @@ again.
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from drk_lab.harness.models import harness_version
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import Task, task_from_source
 from drk_lab.service.store import Store, result_key
+
+log = logging.getLogger("drk_lab.service")
 
 
 class LocalPool:
@@ -79,12 +83,14 @@ class JobRunner:
         self.in_flight: dict[str, Future] = {}
         self.lock = threading.Lock()
         self.evaluations = 0  # started by this server (not answered from the store)
+        self.version = harness_version()  # of the code this server loaded (hashing the files for each request costs)
         for key, request in store.unfinished_jobs():
             with self.lock:
                 self._start(key, request)
 
     def key_of(self, request: dict) -> str:
-        return result_key(request["task_source"], request["code"], request["options"], self.pool.device_name)
+        return result_key(request["task_source"], request["code"], request["options"], self.pool.device_name,
+                          self.version)
 
     def submit(self, request: dict) -> Submitted:
         """request: task_name, task_source, code, options (all settings, defaults filled in)."""
@@ -102,21 +108,26 @@ class JobRunner:
             self.in_flight[key] = self.executor.submit(self.run, key, request)
 
     def run(self, key: str, request: dict) -> None:
-        self.store.mark_running(key)
-        # parsed like any task source (never run here), so that its SMALL_SIZES reach the other-shape check
-        task = replace(task_from_source(request["task_source"], request["task_name"], check=False),
-                       full_sizes=request.get("task_full_sizes") or {}, size_reason=request.get("task_size_reason"))
+        """One evaluation, whatever happens: its result is stored and its jobs done, or its jobs failed with
+        the reason (the pool's fault, never the candidate's); a key never stays in flight after this."""
         try:
+            self.store.mark_running(key)
+            # parsed like any task source (never run here), so that its SMALL_SIZES reach the other-shape check
+            task = replace(task_from_source(request["task_source"], request["task_name"], check=False),
+                           full_sizes=request.get("task_full_sizes") or {}, size_reason=request.get("task_size_reason"))
             result = self.pool.evaluate(task, request["code"], **request["options"])
-        except Exception as e:  # the pool itself failed (not the candidate): the job fails, nothing is stored
+        except Exception as e:
+            log.exception("evaluation of %s failed", key[:12])
             with self.lock:
                 self.store.finish_jobs(key, error=f"{type(e).__name__}: {str(e)[:300]}")
                 self.in_flight.pop(key, None)
             return
         with self.lock:
-            self.store.put_result(key, result, task.name, self.pool.device_name)
-            self.store.finish_jobs(key)
-            self.in_flight.pop(key, None)
+            try:
+                self.store.put_result(key, result, task.name, self.pool.device_name)
+                self.store.finish_jobs(key)
+            finally:
+                self.in_flight.pop(key, None)
 
     def future(self, key: str) -> Future | None:
         with self.lock:
