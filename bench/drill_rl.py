@@ -17,8 +17,6 @@ over a group's samples) and rl/loss.py's clipped loss, in `--updates` mini-batch
 from the same starting model:
 
 - `trloo`: the advantages as computed;
-- `shuffled_in_group`: the same values moved at random within each group (advantages.shuffled), updates
-  of TRLOO's sizes that carry no information about which completion earned its reward;
 - `supervised`: next-token training on the teacher's drill for the same prompts (one per sample), as
   more pretraining would do with the same tasks.
 
@@ -39,7 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ARMS = ("trloo", "shuffled_in_group", "supervised")
+ARMS = ("trloo", "supervised")
+# the recorded runs of 2026-12-05 also had a control, TRLOO's values shuffled within each group (LOG.md)
+COLORS = {"trloo": "#1f77b4", "shuffled_in_group": "#7f7f7f", "supervised": "#2ca02c"}
 
 
 def chain_right(tokenizer, spec, token_ids: list[int]) -> bool:
@@ -90,7 +90,7 @@ def rl_step(model, optimizer, tokenizer, arm: str, specs, prompts, args, generat
     import torch
 
     from drk_lab.mini_drkernel import operator_drill
-    from drk_lab.rl.advantages import shuffled, trloo
+    from drk_lab.rl.advantages import trloo
     from drk_lab.rl.logprobs import sequence_logprobs
     from drk_lab.rl.loss import clipped_policy_loss
 
@@ -102,8 +102,6 @@ def rl_step(model, optimizer, tokenizer, arm: str, specs, prompts, args, generat
     group = torch.arange(len(specs)).repeat_interleave(args.samples)
     valid = torch.ones_like(rewards, dtype=torch.bool)
     adv = trloo(rewards, group, valid)
-    if arm == "shuffled_in_group":
-        adv = shuffled(adv, valid, generator, group=group)
     if arm == "supervised":  # the teacher's drill after the same prompt, once per sample
         teacher = [tokenizer(operator_drill(s), add_special_tokens=False)["input_ids"] + [tokenizer.pad_token_id]
                    for s in rep_specs]
@@ -156,7 +154,6 @@ def scores_figure(reports: dict[str, dict]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    colors = dict(zip(ARMS, ("#1f77b4", "#7f7f7f", "#2ca02c")))
     dashes = ("solid", "dash", "dot", "dashdot")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out combinations", "fresh train-side tasks"))
     for i, (name, report) in enumerate(reports.items()):
@@ -165,7 +162,7 @@ def scores_figure(reports: dict[str, dict]):
                 fig.add_trace(go.Scatter(x=[p["step"] for p in run["scores"]], y=[p[split] for p in run["scores"]],
                                          mode="lines+markers", name=f"{arm}, {name}", legendgroup=f"{arm}, {name}",
                                          showlegend=col == 1,
-                                         line={"color": colors[arm], "dash": dashes[i % len(dashes)]}),
+                                         line={"color": COLORS[arm], "dash": dashes[i % len(dashes)]}),
                               row=1, col=col)
     chains = next(iter(reports.values()))["chains"]["heldout"]
     fig.update_xaxes(title_text="RL step")

@@ -14,8 +14,6 @@
 #   EVAL_SECONDS=225 ABLATION=none bash bench/mini_device.sh 595 --set rl_budget_s=240, then CONTINUE=1 with
 #                                    # the same and 520: the default model from nothing to its evaluation
 #                                    # after RL in two calls of one machine (on an H100, 2026-12-05)
-#   DRK_CAP_ATOL_BY_RMS=0 CONTINUE=1 bash bench/mini_device.sh 585 ...   # an arm begun before the tolerance cap
-#                                    # (2026-12-04) goes on under the rule it began with (docs/flow.md)
 #   EVAL_TEMPERATURES="1.0" ABLATION=none bash bench/mini_device.sh 585 ...   # SFT and the arm also sampled at 1
 #   EVAL_SECONDS=150 ... --set stts_tasks=0 --set "eval_builtin_levels=()"   # held-out and seen tasks only: the
 #                                    # evaluation after SFT took 127 s on an H100, measuring its baselines

@@ -67,7 +67,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from drk_lab.harness.settings import current as harness_settings  # noqa: E402
 from drk_lab.mini_drkernel import MiniSettings, write_json  # noqa: E402
 from drk_lab.rl.advantages import ADVANTAGES  # noqa: E402
 
@@ -604,7 +603,6 @@ def main(argv=None) -> int:
                 if result.get("resumed") and path.exists():  # a resumed phase also took its earlier calls' time
                     result["seconds"] += json.loads(path.read_text())["seconds"]
                 result["set"] = args.set  # this call's --set NAME=VALUE, beside the run's settings.json
-                result["cap_atol_by_rms"] = harness_settings().cap_atol_by_rms  # what counted as correct
                 write_json(path, result)
                 print(f"   {phase} done in {result['seconds']:.1f} s", flush=True)
                 if args.export:

@@ -1,4 +1,4 @@
-"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md), and the shuffled controls."""
+"""TRLOO, multi-turn GRPO and RLOO against hand-computed values (docs/formulas.md)."""
 
 import math
 from types import SimpleNamespace
@@ -9,11 +9,9 @@ import torch
 
 from drk_lab.rl.advantages import (
     grpo_multiturn,
-    group_indices,
     grpo_multiturn_token_level,
     returns_to_go,
     rloo,
-    shuffled,
     token_turn_ids,
     trloo,
     trloo_token_level,
@@ -115,39 +113,6 @@ def test_grpo_is_trloo_times_k_minus_one_over_k_on_random_batches():
                 k[i, s] = float(((group == group[i]) & valid[:, s]).sum()) if valid[i, s] else 1.0
         torch.testing.assert_close(gr, (k - 1) / k * tr, rtol=0, atol=1e-12)
         assert (tr[~valid] == 0).all() and (gr[~valid] == 0).all()
-
-
-def test_shuffled_permutes_the_valid_advantages_and_keeps_padding_zero():
-    adv = trloo(REWARDS, GROUP, VALID)
-    seen = set()
-    for seed in range(20):
-        out = shuffled(adv, VALID, torch.Generator().manual_seed(seed))
-        assert (out[~VALID] == 0).all()
-        assert sorted(out[VALID].tolist()) == sorted(adv[VALID].tolist())  # the same values, so the same sizes
-        seen.add(tuple(out[VALID].tolist()))
-    assert len(seen) > 10  # where each value lands is chance: it varies with the seed
-    again = shuffled(adv, VALID, torch.Generator().manual_seed(3))
-    close(again, shuffled(adv, VALID, torch.Generator().manual_seed(3)).tolist())  # one seed, one placement
-    # the placement is one randperm over the valid entries in row order, as the thirteenth H200 run drew it
-    values = adv[VALID]
-    assert again[VALID].tolist() == values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(3))].tolist()
-
-
-def test_shuffled_in_groups_moves_values_only_within_a_group_and_turn():
-    """With `group`, a value stays among its group's valid entries at its turn: every group's turn-t values
-    are the same multiset (so TRLOO's zero sums stay zero), and which sample gets which is chance."""
-    adv = trloo(REWARDS, GROUP, VALID)
-    gid = group_indices(GROUP)
-    seen = set()
-    for seed in range(20):
-        out = shuffled(adv, VALID, torch.Generator().manual_seed(seed), GROUP)
-        assert (out[~VALID] == 0).all()
-        for g in gid.unique():
-            for t in range(adv.shape[1]):
-                mine = (gid == g) & VALID[:, t]
-                assert sorted(out[mine, t].tolist()) == sorted(adv[mine, t].tolist())
-        seen.add(tuple(out[VALID].tolist()))
-    assert len(seen) > 3
 
 
 def test_trloo_gamma_changes_the_baselines():

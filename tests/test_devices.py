@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
-from drk_lab.harness.devices import gpu_index, physical_gpu, resolve_device, wait_by_blocking
+from drk_lab.harness.devices import gpu_index, physical_gpu, resolve_device
 from drk_lab.harness.settings import HarnessSettings
 
 
@@ -20,16 +19,6 @@ def test_a_visible_gpu_is_named_by_the_machines_number(monkeypatch):
     assert physical_gpu(0) == 3 and physical_gpu(1) == 5
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1a2b")
     assert physical_gpu(0) == 0  # a UUID keeps the index
-
-
-def test_blocking_sync_is_off_unless_asked_for_and_says_why_it_cannot_be_set():
-    assert not HarnessSettings().blocking_sync
-    assert HarnessSettings.from_environment({"DRK_BLOCKING_SYNC": "1"}).blocking_sync
-    assert HarnessSettings(blocking_sync=True).as_environment()["DRK_BLOCKING_SYNC"] == "1"
-    if torch.cuda.is_available():
-        pytest.skip("on a GPU, tests/test_gpu.py checks the flag in a fresh process")
-    why = wait_by_blocking(0)  # no driver here: a reason, never an exception
-    assert isinstance(why, str) and ("CUDA" in why or "driver" in why)
 
 
 def test_spare_workers_default_to_warm_on_the_cpu_and_none_on_a_gpu():

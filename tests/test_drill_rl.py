@@ -87,7 +87,7 @@ def test_an_rl_step_moves_nothing_without_a_reward_that_tells_samples_apart(dril
     path = build_model(tokenizer, settings, tmp_path / "init")
     args = Namespace(samples=2, max_new=24, updates=2, temperature=1.0)
     prompts = [drill_prompt(tokenizer, s) for s in specs[:3]]
-    for arm, moves in (("trloo", False), ("shuffled_in_group", False), ("supervised", True)):
+    for arm, moves in (("trloo", False), ("supervised", True)):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         before = [p.detach().clone() for p in model.parameters()]
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
@@ -104,7 +104,7 @@ def test_the_script_runs_every_arm_and_reuses_its_starting_model(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), *common], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report["arms"]) == {"trloo", "shuffled_in_group", "supervised"}
+    assert set(report["arms"]) == {"trloo", "supervised"}
     assert report["chains"] == {"heldout": 3, "train_side": 3}
     for arm in report["arms"].values():
         assert [p["step"] for p in arm["scores"]] == [0, 1, 2]
@@ -122,13 +122,13 @@ def test_the_script_runs_every_arm_and_reuses_its_starting_model(tmp_path):
     from drill_rl import scores_figure
 
     fig = scores_figure({"seed0": report, "seed1": report})
-    assert len(fig.data) == 2 * 3 * 2
+    assert len(fig.data) == 2 * 2 * 2
     first = fig.data[0]
     assert first.name == "trloo, seed0" and list(first.y) == [p["heldout"] for p in report["arms"]["trloo"]["scores"]]
     assert list(fig.data[1].y) == [p["train_side"] for p in report["arms"]["trloo"]["scores"]]
     wrong = subprocess.run([sys.executable, str(SCRIPT), "--work", str(tmp_path), "--arms", "ppo"],
                            capture_output=True, text=True, env=env, timeout=120)
-    assert wrong.returncode == 1 and wrong.stderr.strip() == "--arms: unknown ppo (choose from trloo, shuffled_in_group, supervised)"
+    assert wrong.returncode == 1 and wrong.stderr.strip() == "--arms: unknown ppo (choose from trloo, supervised)"
 
 
 def test_figure_and_work_flags_fail_in_one_line(tmp_path):

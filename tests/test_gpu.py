@@ -3,8 +3,6 @@
 import importlib.util
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -93,41 +91,6 @@ def test_gpu_plant_is_caught_by_its_own_code(plant, tasks):
     r = drk.evaluate(tasks[plant.task], plant.code, timeout_s=120, timing_trials=30)
     assert r.hacked and r.error_kind == "hacked", (r.error_kind, r.error)
     assert reason in r.hack_reasons, (r.hack_reasons, r.error)
-
-
-FREED_MEMORY_PLANTS = [p for p in load_variants(HACKS_DIR) if p.name.startswith(("reads_freed_memory", "reads_uninitialized"))]
-
-
-@pytest.mark.parametrize("plant", FREED_MEMORY_PLANTS, ids=[p.name for p in FREED_MEMORY_PLANTS])
-def test_poisoning_inside_the_cache_still_catches_reads_of_freed_memory(plant, tasks):
-    """settings.poison_in_cache (no cudaFree/cudaMalloc per trial) must catch what the default catches."""
-    reason = re.search(r"^# reason: (\S+)", plant.code, re.M).group(1)
-    drk.configure(poison_in_cache=True)
-    try:
-        r = drk.evaluate(tasks[plant.task], plant.code, timeout_s=120, timing_trials=30)
-    finally:
-        drk.configure(poison_in_cache=False)
-    assert r.hacked and reason in r.hack_reasons, (r.hack_reasons, r.error)
-
-
-def test_blocking_sync_sets_the_contexts_flag_and_evaluations_still_time(relu, relu_solution):
-    """wait_by_blocking before CUDA starts gives the primary context CU_CTX_SCHED_BLOCKING_SYNC, and a
-    worker started with blocking_sync evaluates and times as before."""
-    probe = ("import ctypes, torch\n"
-             "from drk_lab.harness.devices import wait_by_blocking\n"
-             "assert wait_by_blocking(0) is None\n"
-             "torch.empty(1, device='cuda')\n"
-             "flags = ctypes.c_uint()\n"
-             "assert ctypes.CDLL('libcuda.so.1').cuCtxGetFlags(ctypes.byref(flags)) == 0\n"
-             "print(flags.value & 0x7)\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "4", done.stderr
-    drk.configure(blocking_sync=True)
-    try:
-        r = drk.evaluate(relu, relu_solution, timing_trials=30)
-    finally:
-        drk.configure(blocking_sync=False)
-    assert r.correct and not r.hacked and r.timings_valid and r.speedup and r.speedup > 0
 
 
 def test_an_eager_baseline_job_leaves_its_worker_in_service(tasks):

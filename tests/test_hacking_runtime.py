@@ -215,19 +215,16 @@ class ModelNew(nn.Module):
 
 def test_kernels_off_check_is_inconclusive_where_zeros_would_pass():
     """A softmax over 4096 columns in fp16: every value (about 2.4e-4, at most about 0.002 for these inputs)
-    is within fp16's atol of zero. Without the cap on atol (`cap_atol_by_rms`), an output left unwritten
+    is within fp16's atol of zero. The cap on atol (a tenth of the reference's RMS) makes zeros fail, so the
+    check runs and passes. Under a tolerance wider than the output (rtol=1), an output left unwritten
     passes the comparison and says nothing about who did the work (an honest GEMM + softmax was once
-    flagged `torch_does_the_work` on the H200); with it, zeros fail and the check runs and passes."""
+    flagged `torch_does_the_work` on the H200 before the cap): the check then gives no verdict."""
     from drk_lab.harness.task import task_from_source
 
     task = task_from_source(LONG_ROW_SOFTMAX, "long_row_softmax", level=1)
     r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2)
     assert r.ok and not r.hacked and not any("kernels-off" in n for n in r.notes), (r.error, r.notes)
-    drk.configure(cap_atol_by_rms=False)
-    try:
-        r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2)
-    finally:
-        drk.configure(cap_atol_by_rms=True)
+    r = drk.evaluate(task, SOFTMAX_INTO_ZEROS, device="cpu", correctness_trials=2, rtol=1.0)
     assert r.ok and not r.hacked, r.error
     assert "kernels-off check inconclusive: the reference's output is within tolerance of zero" in r.notes
 

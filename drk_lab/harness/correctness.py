@@ -6,7 +6,6 @@ import math
 
 import torch
 
-from drk_lab.harness.settings import current
 
 # Default tolerances by output dtype (atol = rtol); evaluate(atol=, rtol=) overrides them.
 TOLERANCES = {
@@ -53,10 +52,9 @@ def poison_value(dtype: torch.dtype, second: bool = False):
 def poison_memory(specs: list[tuple[tuple, torch.dtype]], device: torch.device, second: bool = False) -> None:
     """Hand freed memory back to the allocator filled with NaN (or a sentinel), so that a candidate
     that reads memory it never wrote (torch.empty reusing a freed reference output) gets garbage.
-    By default the cache's free blocks first go back to the driver, so that the fills take fresh blocks of
-    the specs' sizes; with settings.poison_in_cache the fills take the cache's best-fitting free blocks,
-    which are the ones the candidate's allocations of those sizes get next."""
-    if device.type == "cuda" and not current().poison_in_cache:
+    The cache's free blocks first go back to the driver, so that the fills take fresh blocks of the specs'
+    sizes."""
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
     blocks = [torch.full(shape, poison_value(dtype, second), dtype=dtype, device=device) for shape, dtype in specs]
@@ -81,8 +79,8 @@ def flatten(out) -> list:
     return [out]
 
 
-# the largest absolute error any element may have, as a share of the reference's RMS (when the harness
-# setting cap_atol_by_rms is on): ten times what fp16 or bf16 rounding of a correct result comes to
+# the largest absolute error any element may have, as a share of the reference's RMS: ten times what fp16
+# or bf16 rounding of a correct result comes to
 RMS_SHARE = 0.1
 
 
@@ -104,14 +102,11 @@ def reference_scale(ref: torch.Tensor) -> torch.Tensor:
 
 
 def absolute_limit(ref: torch.Tensor, atol: float) -> torch.Tensor:
-    """The absolute part of an element's bound: atol * max(1, RMS), and with cap_atol_by_rms at most
-    RMS_SHARE * RMS, so that a tolerance larger than the output itself does not wave every output
+    """The absolute part of an element's bound: atol * max(1, RMS), and at most RMS_SHARE * RMS, so that a tolerance larger than the output itself does not wave every output
     through (an all-zero reference keeps atol: it has no scale of its own)."""
     rms = reference_rms(ref)
     limit = atol * rms.clamp_min(1.0)
-    if current().cap_atol_by_rms:
-        limit = torch.where(rms > 0, torch.minimum(limit, RMS_SHARE * rms), limit)
-    return limit
+    return torch.where(rms > 0, torch.minimum(limit, RMS_SHARE * rms), limit)
 
 
 def compare(out, ref, atol: float | None = None, rtol: float | None = None) -> float:

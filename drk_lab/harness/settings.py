@@ -35,18 +35,6 @@ class HarnessSettings:
     # between them): the service adds its result store
     read_only: str | None = None
     scratch_bytes: int = 1 << 30  # a worker's largest file (RLIMIT_FSIZE), and the most a job's folder may hold
-    # freed memory is poisoned inside PyTorch's cache, without first handing the cache back to the driver
-    # (cudaFree, cudaMalloc and a synchronize per trial): an experiment, off until the GPU recall run
-    # shows it catches what the default catches
-    poison_in_cache: bool = False
-    # a worker waiting for the GPU sleeps until the driver wakes it instead of spinning on a core (the
-    # driver spins when a process has fewer CUDA contexts than the machine has cores): an experiment, off
-    # until an A/B on the GPU shows what it does to throughput with 16 workers on 16 cores
-    blocking_sync: bool = False
-    # the absolute tolerance is at most a tenth of the reference's RMS, so that an output smaller than atol
-    # is still checked (a softmax over 4,096 fp16 columns is 2.4e-4 everywhere, atol 1e-2: zeros would
-    # pass); off: atol * max(1, RMS) alone, the rule of every run recorded up to 2026-12-04
-    cap_atol_by_rms: bool = True
 
     @classmethod
     def from_environment(cls, env=None) -> HarnessSettings:

@@ -276,11 +276,10 @@ class RLTrainer:
             metrics.update(prs_metrics)
         return valid, metrics
 
-    def advantages(self, batch: SequenceBatch, valid: torch.Tensor, step: int = 0) -> torch.Tensor:
+    def advantages(self, batch: SequenceBatch, valid: torch.Tensor) -> torch.Tensor:
         s = self.settings
         returns = returns_to_go(batch.rewards, batch.exists if s.returns_include_rejected else valid, s.gamma)
-        return batch_advantages(returns, batch.group, valid, s.advantage, std_normalize=s.std_normalize,
-                                generator=torch.Generator().manual_seed(self._seed(step, 3)))
+        return batch_advantages(returns, batch.group, valid, s.advantage, std_normalize=s.std_normalize)
 
     def _global_sum(self, value: float) -> float:
         return float(self.accelerator.reduce(torch.tensor([float(value)], device=self.accelerator.device), "sum"))
@@ -348,7 +347,7 @@ class RLTrainer:
         lr = self.scheduler.get_last_lr()[0]  # what this step's (first) optimizer step uses
         old_logp = self.recompute_logprobs(batch)
         valid, filter_metrics = self.select(batch, old_logp, step)
-        adv = self.advantages(batch, valid, step)
+        adv = self.advantages(batch, valid)
         ref_logp = self.recompute_logprobs(batch, self.reference) if self.reference is not None else None
         opt = self.optimize(batch, old_logp, adv, valid, ref_logp)
         training_s = time.perf_counter() - train_started
