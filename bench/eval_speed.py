@@ -92,7 +92,7 @@ def phase_plain():
 
     from triton.testing import do_bench
 
-    from drk_lab.harness.models import load_module
+    from drk_lab.common.models import load_module
 
     ts = tasks((1, 2))
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
@@ -179,7 +179,7 @@ class GpuBusy:
     def __enter__(self):
         import threading
 
-        from drk_lab.harness.gpu_clocks import busy_percent
+        from drk_lab.common.gpu_clocks import busy_percent
 
         self.samples, self.stop = [], threading.Event()
 

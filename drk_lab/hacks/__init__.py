@@ -7,6 +7,6 @@ static_state (what the code gives away before it runs, state kept across calls i
 (launches, a snapshot of what the candidate must leave alone, repeated and altered calls, another shape,
 precision, freed memory, speed of light).
 
-May import: torch, and only the harness's lower modules (correctness, launches, models, processes,
-failures, timing, settings, result); the catalogue imports nothing from drk_lab at all.
+May import: torch and drk_lab.common (models, correctness, launches, timing, failures, processes), never the
+harness, which runs these checks and imports them; the catalogue imports nothing from drk_lab at all.
 """

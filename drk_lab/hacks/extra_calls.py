@@ -15,10 +15,10 @@ from functools import partial
 import torch
 import torch.utils.deterministic
 
+from drk_lab.common import correctness, models
+from drk_lab.common.failures import EvaluationFailure, short_traceback
+from drk_lab.common.launches import KernelLaunches
 from drk_lab.hacks.runtime_checks import launch_findings
-from drk_lab.harness import correctness, models
-from drk_lab.harness.failures import EvaluationFailure, short_traceback
-from drk_lab.harness.launches import KernelLaunches
 
 
 def call_findings(ref_module, ref, new, *, seed: int, device: torch.device, candidate_file: str,

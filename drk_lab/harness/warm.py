@@ -10,8 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from drk_lab.harness import correctness
-from drk_lab.harness.gpu_clocks import clock_state
+from drk_lab.common import correctness
+from drk_lab.common.gpu_clocks import clock_state
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.profiler import new_profile
 from drk_lab.harness.settings import current
