@@ -76,7 +76,7 @@ class SFTSettings:
 
 
 @dataclass(frozen=True)
-class RLSettings:
+class ArmSettings:
     """Multi-turn RL (rl/trainer.py with the static-cache sampler) from the SFT model, one arm per tag."""
     steps: int = 50  # a ceiling: budget_s decides
     budget_s: float | None = 300.0  # seconds of RL steps per arm, across calls
@@ -126,7 +126,7 @@ class MiniSettings:
     model: ModelSettings = field(default_factory=ModelSettings)
     pretrain: PretrainSettings = field(default_factory=PretrainSettings)
     sft: SFTSettings = field(default_factory=SFTSettings)
-    rl: RLSettings = field(default_factory=RLSettings)
+    rl: ArmSettings = field(default_factory=ArmSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     seed: int = 0  # the model's initialisation, the texts and the evaluation's sampling
 

@@ -8,7 +8,6 @@ import csv
 import json
 import math
 import sys
-from dataclasses import replace
 
 import pytest
 
@@ -163,7 +162,7 @@ REQUIRED = ["step", "lr", "loss", "reward_mean", "reward_mean/turn_1", "reward_m
 def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, relu_small, relu_solution, tmp_path):
     force = force_solution(relu_solution)
     first = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, checkpoint_every=1), force_responses=force)
-    assert first.settings.samples == 2 and first.settings.mrs_upper == 1.001  # given and default settings
+    assert first.settings.rollouts.samples == 2 and first.settings.filters.mrs_upper == 1.001  # given and default settings
     start = weights(first)
     rows = first.train(num_steps=2)
     end = weights(first)
@@ -210,7 +209,7 @@ def test_one_optimizer_step_moves_each_turn_the_way_its_advantage_points(tiny_pa
     trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, lr=1e-4, mini_batches=1, save_rollouts=False),
                         force_responses=force_solution(relu_solution))
     trainer._ensure_scheduler(1)
-    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
+    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.loss.padding_side)
     before = trainer.recompute_logprobs(batch)
     valid, _ = trainer.select(batch, before, 0)
     adv = trainer.advantages(batch, valid)
@@ -230,10 +229,10 @@ def test_one_optimizer_step_moves_each_turn_the_way_its_advantage_points(tiny_pa
 def test_an_unknown_advantage_is_refused(tiny_path, relu_small, relu_solution, tmp_path):
     trainer = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, samples=4, save_rollouts=False),
                         force_responses=force_solution(relu_solution))
-    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
+    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.loss.padding_side)
     valid, _ = trainer.select(batch, trainer.recompute_logprobs(batch), 0)
     assert trainer.advantages(batch, valid)[valid].any()
-    trainer.settings = replace(trainer.settings, advantage="ppo")
+    trainer.settings = trainer.settings.changed(advantage="ppo")
     with pytest.raises(ValueError, match="advantage must be one of"):
         trainer.advantages(batch, valid)
 
@@ -253,7 +252,7 @@ def test_kl_penalty_pulls_a_drifted_policy_back_when_every_advantage_is_zero(tin
         for p in trainer.params:
             p.add_(0.05 * torch.randn(p.shape, generator=generator).to(p.device))
     trainer._ensure_scheduler(1)
-    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.padding_side)
+    batch = build_batch(trainer.rollout(0), trainer.pad_token_id, trainer.settings.loss.padding_side)
     old, ref = trainer.recompute_logprobs(batch), trainer.recompute_logprobs(batch, trainer.reference)
     valid = batch.exists.clone()
     zero = torch.zeros(valid.shape)
