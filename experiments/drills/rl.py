@@ -2,7 +2,7 @@
 
     python experiments/drills/rl.py --work /tmp/drill_rl                        # about 40 minutes on 2 CPU cores
     python experiments/drills/rl.py --work /tmp/drill_rl --arms trloo --lr 1e-4  # the same starting model, reused
-    python experiments/drills/rl.py --figure data/runs/drill_rl_cpu   # its seed*/report.json -> figures/drill_rl
+    python experiments/drills/rl.py --summarize data/runs/2026-12-05_drill_rl_cpu   # its figure and results.json
 
 The mini run (experiments/mini/run.py) has not shown RL raising held-out correctness over SFT, and its
 replies fail mostly by computing the wrong operators. This check asks whether the RL update itself can
@@ -171,11 +171,33 @@ def scores_figure(reports: dict[str, dict]):
     return fig
 
 
+def read_reports(folder: Path) -> dict[str, dict]:
+    """{"seed0/report_temp1": report} for every report in the run folder's seed subfolders."""
+    return {f"{f.parent.name}/{f.stem}": json.loads(f.read_text()) for f in sorted(folder.glob("*/report*.json"))}
+
+
+SCHEMA_VERSION = 1  # results.json: bump when a key changes meaning
+
+
+def write_results(folder: Path, reports: dict[str, dict]) -> Path:
+    """results.json: per report and arm, the chains written exactly at each scored step (held-out and fresh
+    train-side tasks, of `chains` each); date, commit and machine stay as an earlier results.json had them."""
+    path = folder / "results.json"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    out = {"schema_version": SCHEMA_VERSION, **{k: known.get(k) for k in ("date", "commit", "machine")},
+           "chains": next(iter(reports.values()))["chains"],
+           "scores": {name: {arm: [[p["step"], p["heldout"], p["train_side"]] for p in run["scores"]]
+                             for arm, run in report["arms"].items()} for name, report in reports.items()}}
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return path
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--work", help="folder for the starting model and the report (made if missing)")
-    p.add_argument("--figure", metavar="FOLDER",
-                   help="no run: draw FOLDER/*/report.json (a subfolder per seed) into figures/drill_rl.{html,png}")
+    p.add_argument("--summarize", metavar="FOLDER",
+                   help="no run: FOLDER/*/report*.json (a subfolder per seed) into FOLDER/figures/drill_rl.{html,png} "
+                        "and FOLDER/results.json")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     p.add_argument("--pretrain-steps", type=int, default=400)
     p.add_argument("--drills", type=int, default=60000)
@@ -193,13 +215,14 @@ def main() -> None:
     p.add_argument("--report", default="report.json", help="the report's file name inside --work")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
     args = p.parse_args()
-    if args.figure:
-        reports = {f.parent.name: json.loads(f.read_text()) for f in sorted(Path(args.figure).glob("*/report.json"))}
+    if args.summarize:
+        folder = Path(args.summarize)
+        reports = read_reports(folder)
         if not reports:
-            sys.exit(f"--figure {args.figure}: no */report.json there")
+            sys.exit(f"--summarize {folder}: no */report*.json there")
         from drk_lab.viz.plots import save_figure
 
-        print(*save_figure(scores_figure(reports), "drill_rl"))
+        print(write_results(folder, reports), *save_figure(scores_figure(reports), str(folder.resolve() / "figures" / "drill_rl")))
         return
     if not args.work:
         p.error("--work is needed for a run")

@@ -253,6 +253,15 @@ def write_results(run_dir: str | Path) -> Path:
     return path
 
 
+def settings_row(run: dict) -> dict:
+    """The run's settings as one row: "part.name" for the grouped settings of run.py, the names as they
+    were for runs recorded before the groups."""
+    row = {}
+    for key, value in run["phases"].get("settings", {}).get("settings", {}).items():
+        row.update({f"{key}.{k}": v for k, v in value.items()} if isinstance(value, dict) else {key: value})
+    return row
+
+
 def headline_rows(run: dict, part: str = "heldout", baseline: str = "sft") -> list[dict]:
     """One row per evaluated checkpoint, `baseline` (after SFT) first, then each RL run: correct rate,
     Fast@1, Fast@1.2 (best over turns), mean coverage, hack attempts caught per 100 evaluations."""

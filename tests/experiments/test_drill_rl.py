@@ -117,8 +117,16 @@ def test_the_script_runs_every_arm_and_reuses_its_starting_model(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert (tmp_path / "start" / "model.safetensors").stat().st_mtime_ns == made
     assert json.loads((tmp_path / "again.json").read_text())["arms"]["trloo"]["scores"][0] == report["arms"]["trloo"]["scores"][0]
+    # the run folder's results.json: every report's scores per arm and step, with a schema version
+    from experiments.drills.rl import read_reports, scores_figure, write_results
+
+    (tmp_path / "seed0").mkdir()
+    (tmp_path / "seed0" / "report.json").write_text(json.dumps(report))
+    summary = json.loads(write_results(tmp_path, read_reports(tmp_path)).read_text())
+    assert summary["schema_version"] == 1 and summary["chains"] == {"heldout": 3, "train_side": 3}
+    assert summary["scores"]["seed0/report"]["trloo"] == [[p["step"], p["heldout"], p["train_side"]]
+                                                          for p in report["arms"]["trloo"]["scores"]]
     # the figure: per arm, a held-out and a train-side line carrying the report's scores
-    from experiments.drills.rl import scores_figure
 
     fig = scores_figure({"seed0": report, "seed1": report})
     assert len(fig.data) == 2 * 2 * 2
@@ -130,10 +138,10 @@ def test_the_script_runs_every_arm_and_reuses_its_starting_model(tmp_path):
     assert wrong.returncode == 1 and wrong.stderr.strip() == "--arms: unknown ppo (choose from trloo, supervised)"
 
 
-def test_figure_and_work_flags_fail_in_one_line(tmp_path):
+def test_summarize_and_work_flags_fail_in_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    empty = subprocess.run([sys.executable, str(SCRIPT), "--figure", str(tmp_path)], capture_output=True, text=True,
+    empty = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(tmp_path)], capture_output=True, text=True,
                            env=env, timeout=120)
-    assert empty.returncode == 1 and empty.stderr.strip() == f"--figure {tmp_path}: no */report.json there"
+    assert empty.returncode == 1 and empty.stderr.strip() == f"--summarize {tmp_path}: no */report*.json there"
     nothing = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     assert nothing.returncode == 2 and nothing.stderr.strip().endswith("error: --work is needed for a run")

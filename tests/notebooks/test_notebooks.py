@@ -81,8 +81,8 @@ def test_diagnostics_flags_a_planted_entropy_collapse(tmp_path):
 def test_the_shipped_run_logs_show_real_curves(tmp_path):
     text = run("03_diagnostics", tmp_path, figure_name=str(tmp_path / "diag"))
     assert "steps" in text and (tmp_path / "diag.html").exists()
-    mini = run("03_diagnostics", tmp_path, run="data/runs/mini_h200_drills/rl_trloo/log",
-               compare="data/runs/mini_h200_drills/rl_grpo/log", figure_name=str(tmp_path / "mini"))
+    mini = run("03_diagnostics", tmp_path, run="data/runs/2026-12-02_mini_h200_drills/rl_trloo/log",
+               compare="data/runs/2026-12-02_mini_h200_drills/rl_grpo/log", figure_name=str(tmp_path / "mini"))
     assert "rl_trloo/log: 4 steps" in mini and (tmp_path / "mini.html").exists()  # the mini run's TRLOO beside GRPO
 
 
@@ -110,33 +110,33 @@ def test_mini_drkernel(tmp_path):
     assert "aten::bmm" in text  # one-token attention as batched products, among a step's top operators
     assert "rl_trloo_long: steps" in text  # RL's step seconds across calls
     # every recorded H200 run's RL checkpoints, then their sums ("all"); the CPU smoke run is not among them
-    assert "mini_h200_pool64/rl_trloo_seed2" in text and "mini_h200_in_group_control/rl_trloo" in text
-    assert "mini_cpu_smoke/" not in text and "<td>all</td>" in text
+    assert "2026-12-03_mini_h200_pool64/rl_trloo_seed2" in text and "2026-12-04_mini_h200_in_group_control/rl_trloo" in text
+    assert "2026-12-02_mini_cpu_smoke/" not in text and "<td>all</td>" in text
     # the controls are no RL checkpoints, whichever of the two shuffles
-    assert "mini_h200_shuffled_control/rl_shuffled" not in text and "control/rl_shuffled_in_group" not in text
+    assert "2026-12-04_mini_h200_shuffled_control/rl_shuffled" not in text and "control/rl_shuffled_in_group" not in text
     assert "correct_kept" in text  # what turn 2 made of turn 1
     # the default run's snapshot after step 6 against the arm's end; the pooled table leaves the snapshot out
     assert "<td>rl_trloo_long_step6</td>\n      <td>rl_trloo_long</td>" in text
-    assert "mini_h200_long_trloo/rl_trloo_long</td>" in text and "long_trloo/rl_trloo_long_step6" not in text
+    assert "2026-12-04_mini_h200_long_trloo/rl_trloo_long</td>" in text and "long_trloo/rl_trloo_long_step6" not in text
     # the carried arm counts at its evaluated end (step 32), its earlier point at step 16 left out
-    assert "mini_h200_carried_trloo/rl_trloo_long</td>" in text and "carried_trloo/rl_trloo_long_step16</td>" not in text
-    assert "mini_h200_four_step_trloo/rl_trloo_long</td>" in text
+    assert "2026-12-04_mini_h200_carried_trloo/rl_trloo_long</td>" in text and "carried_trloo/rl_trloo_long_step16</td>" not in text
+    assert "2026-12-04_mini_h200_four_step_trloo/rl_trloo_long</td>" in text
     assert "heldout+seen+builtin, generation" in text  # an evaluation's time, generating vs evaluating
     assert "no held-out probes during RL" in text  # the fifteenth run had none
     assert "no counts by kind of task" in text  # nor counts by kind
     assert (tmp_path / "mini_curves.html").exists()
-    carried = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_carried_trloo",
+    carried = run("06_mini_drkernel", tmp_path, run="data/runs/2026-12-04_mini_h200_carried_trloo",
                   figure_name=str(tmp_path / "carried"))
     assert "<td>rl_trloo_long</td>\n      <td>rl_trloo_long_step16</td>" in carried  # the end against step 16
     assert "<td>trloo_long</td>\n      <td>30</td>" in carried  # the held-out probe that caught the collapse
     # by kind: the held-out level-1 means, which no checkpoint solved
     assert "<td>L1 mean</td>\n      <td>21</td>\n      <td>0</td>" in carried
-    fifth = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h200_drills", figure_name=str(tmp_path / "fifth"))
+    fifth = run("06_mini_drkernel", tmp_path, run="data/runs/2026-12-02_mini_h200_drills", figure_name=str(tmp_path / "fifth"))
     assert "has no generation bench" in fifth and "no per-step operator counts" in fifth and "no paired counts" in fifth
-    smoke = run("06_mini_drkernel", tmp_path, run="data/runs/mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
+    smoke = run("06_mini_drkernel", tmp_path, run="data/runs/2026-12-02_mini_cpu_smoke", figure_name=str(tmp_path / "smoke"))
     assert "cache_positions" in smoke and "ms_per_step" in smoke  # a decoding step's cost and its operators
     # a run that stopped after its evaluation after SFT: its tables, no curves to draw
-    sft_only = run("06_mini_drkernel", tmp_path, run="data/runs/mini_h100_pretrain2000",
+    sft_only = run("06_mini_drkernel", tmp_path, run="data/runs/2026-12-05_mini_h100_pretrain2000",
                    figure_name=str(tmp_path / "sft_only"))
     assert "no RL runs to draw" in sft_only and "<td>L2 conv</td>\n      <td>83</td>\n      <td>67</td>" in sft_only
     assert (tmp_path / "sft_only_outcomes.html").exists() and not (tmp_path / "sft_only_curves.html").exists()

@@ -117,14 +117,14 @@ def test_broken_replies_on_a_planted_log_and_on_the_recorded_h200_arm():
     # of steps 17-28 on another machine did not
     from drk_lab.rl.runlog import read_log
 
-    run = Path(__file__).parents[2] / "data/runs/mini_h200_carried_trloo/rl_trloo_long"
+    run = Path(__file__).parents[2] / "data/runs/2026-12-04_mini_h200_carried_trloo/rl_trloo_long"
     flag = broken_replies(read_log(run / "log"))
     assert flag.step == 30 and "36%" in flag.message
     assert broken_replies(read_log(run / "log_first_machine")) is None
 
     # the KL arm on the same prompts: no break to step 31, but an excursion at steps 18-19 whose replies
     # still loaded (they failed at another shape), so it shows as gradient spikes, not as broken replies
-    kl_log = read_log(Path(__file__).parents[2] / "data/runs/mini_h200_kl_trloo/rl_trloo_kl/log")
+    kl_log = read_log(Path(__file__).parents[2] / "data/runs/2026-12-04_mini_h200_kl_trloo/rl_trloo_kl/log")
     assert len(kl_log) == 31
     assert [(f.kind, f.step) for f in flags(kl_log)] == [("grad_norm_spike", 18), ("grad_norm_spike", 19)]
 
