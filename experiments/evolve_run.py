@@ -9,7 +9,7 @@ trajectories) and $OUT/evolve_summary.json (per task and turn: speedups, best so
 parameters against the seed's), and prints: task, turn-1 (seed) speedup, best speedup, the turn that
 reached it, and what changed.
 
-Budget on one H200 (about 1.1-1.6 evaluations/s with 8 in flight, BENCHMARKS.md): 13 tasks x 10 turns x 1
+Budget on one H200 (about 1.1-1.6 evaluations/s with 8 in flight in 2026-11): 13 tasks x 10 turns x 1
 sample = 130 evaluations, about 2 minutes, plus the eager and torch.compile baselines of the 13 tasks the
 first time (cached under DRK_CACHE_DIR afterwards). On CPU the tasks run at their small sizes through the
 Triton interpreter: nothing is timed, so there are no speedups; that only checks the loop.

@@ -320,7 +320,7 @@ def summarize(trajectories, specs: dict[str, TaskSpec]) -> dict:
 
 
 def summary_table(by_level: dict) -> str:
-    """summarize()'s result as a markdown table (the card and BENCHMARKS.md use it)."""
+    """summarize()'s result as a markdown table (data/README.md, the card, uses it)."""
     head = ("| level | trajectories | teacher correct | correct by turn | timed | best speedup p10 / p25 / p50 / p75 / p90 "
             "| geomean | share >= 1x |\n|---|---|---|---|---|---|---|---|")
     lines = [head]

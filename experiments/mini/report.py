@@ -284,7 +284,7 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
     with the sign test's p over episodes and, where the task counts were recorded, over tasks;
     evaluations made before these counts have none. With `against_rl`, each RL checkpoint against the
     RL checkpoints evaluated before it instead (an ablation or control against TRLOO; "after" is the
-    checkpoint, "before" the one in `against`), recorded from the fourteenth H200 run on."""
+    checkpoint, "before" the one in `against`), recorded from 2026-12-04 on."""
     rows = []
     for name, report in sorted(run["evals"].items()):
         summary = report.get(part, {})
@@ -292,9 +292,9 @@ def paired_rows(run: dict, part: str = "heldout", against_rl: bool = False) -> l
         rows += [{"checkpoint": name, "against": other, **counts} for other, counts in pairs.items() if counts]
     for row in rows:
         row["sign_test_p"] = sign_test_p(row["solved_only_after"], row["solved_only_before"])
-        if "tasks_better_after" in row:  # recorded from the twelfth H200 run on
+        if "tasks_better_after" in row:  # recorded from 2026-12-04 on
             row["task_sign_test_p"] = sign_test_p(row["tasks_better_after"], row["tasks_better_before"])
-        if "kept_only_after" in row:  # recorded from the eighteenth H200 run on
+        if "kept_only_after" in row:  # recorded from 2026-12-04 on
             row["kept_sign_test_p"] = sign_test_p(row["kept_only_after"], row["kept_only_before"])
     return rows
 
@@ -361,7 +361,7 @@ def per_turn_rows(run: dict, parts=("heldout", "heldout_stts", "seen", "builtin"
 
 def timing_rows(run: dict) -> list[dict]:
     """Seconds per phase as the run measured them; an RL phase also gets a "steps" row, its steps' seconds
-    over every call that trained them (in runs up to the tenth on the H200, a resumed phase's own seconds
+    over every call that trained them (in runs up to 2026-12-03, a resumed phase's own seconds
     are only its last call's). An evaluation's batches split into generating and evaluating (runs
     recorded before that split have none)."""
     rows = []
@@ -386,7 +386,7 @@ def reading_rows(run: dict) -> list[dict]:
 
 def chain_step_rows(run: dict) -> list[dict]:
     """Per RL run and step, the rollouts' operator counts (chain_right of chain_replies, chain_kept of
-    chain_to_keep) and, from the fourteenth H200 run on, the first replies' tokens shared within a group
+    chain_to_keep) and, from 2026-12-04 on, the first replies' tokens shared within a group
     (shared_first_tokens); runs recorded before these counts have none."""
     return [{"run": name[len("rl_"):], **counts} for name, report in sorted(run["phases"].items())
             if name.startswith("rl_") for counts in report.get("chain_per_step", [])]
