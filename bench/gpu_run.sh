@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > 
 for step in "$@"; do
   start=$(date +%s)
   case $step in
-    tests) timeout ${T:-300} python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -rA > $OUT/gpu_tests.txt 2>&1 ;;
+    tests) timeout ${T:-300} python -m pytest -q -m gpu tests/harness/test_gpu.py -p no:cacheprovider -rA > $OUT/gpu_tests.txt 2>&1 ;;
     unlocked:*) DRK_LIFECYCLE_LOCK=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of the lifecycle lock
     warm16) DRK_WARM_WORKERS=16 timeout 90 python bench/eval_speed.py throughput_fork ;;
     spare0:*) DRK_SPARE_WORKERS=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B: no workers beyond the slots
