@@ -92,7 +92,7 @@ def phase_plain():
 
     from triton.testing import do_bench
 
-    from drk_lab.harness.models import load_module
+    from drk_lab.common.models import load_module
 
     ts = tasks((1, 2))
     results = drk.evaluate_many([(t, drk.builtin_solution(t)) for t in ts], max_in_flight=IN_FLIGHT, device=DEVICE)
@@ -146,7 +146,7 @@ def phase_latency():
         print(f"{rows[-1]['task']:38s} {rows[-1]['seconds']:5.2f} s ok={r.ok} {r.stage_seconds}", flush=True)
     summary = {f"level{lvl}_median_s": statistics.median(x["seconds"] for x in rows if x["level"] == lvl) for lvl in (1, 2)}
     print(summary)
-    save("latency" + ("_blocking_sync" if harness_settings().blocking_sync else ""), {"rows": rows, "summary": summary})
+    save("latency", {"rows": rows, "summary": summary})
 
 
 def lock_holds(since: float, until: float) -> dict | None:
@@ -179,7 +179,7 @@ class GpuBusy:
     def __enter__(self):
         import threading
 
-        from drk_lab.harness.gpu_clocks import busy_percent
+        from drk_lab.common.gpu_clocks import busy_percent
 
         self.samples, self.stop = [], threading.Event()
 
@@ -237,7 +237,7 @@ def throughput(isolation: str, pairs, profile: bool = True) -> dict:
     return {"isolation": isolation, "profile": profile, "evaluations": len(pairs), "seconds": seconds,
             "per_second": len(pairs) / seconds, "all_ok": all(r.ok for r in results),
             "failures": [r.error for r in results if not r.ok][:3],
-            "cpu_busy": cpu_busy, "gpu_busy": gpu.mean(), "blocking_sync": harness_settings().blocking_sync,
+            "cpu_busy": cpu_busy, "gpu_busy": gpu.mean(),
             "lifecycle_lock": harness_settings().lifecycle_lock,
             "worker_uses": harness_settings().worker_uses_for(DEVICE) if isolation == "fork" else 1,
             "on_reused_workers": sum(r.worker_job > 1 for r in results),
@@ -293,9 +293,8 @@ def phase_throughput_no_profile():
 
 def phase_throughput_fork():
     """The fork server alone (to compare settings such as DRK_LIFECYCLE_LOCK=0 or DRK_WORKER_USES=1)."""
-    blocking = "_blocking_sync" if harness_settings().blocking_sync else ""
     spare = f"_spare{harness_settings().spare_workers}" if harness_settings().spare_workers is not None else ""
-    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses_for(DEVICE)}{blocking}{spare}")
+    phase_throughput(("fork",), name=f"throughput_fork_uses{harness_settings().worker_uses_for(DEVICE)}{spare}")
 
 
 def cv(values):

@@ -12,10 +12,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > 
 for step in "$@"; do
   start=$(date +%s)
   case $step in
-    tests) timeout ${T:-300} python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -rA > $OUT/gpu_tests.txt 2>&1 ;;
+    tests) timeout ${T:-300} python -m pytest -q -m gpu tests/harness/test_gpu.py -p no:cacheprovider -rA > $OUT/gpu_tests.txt 2>&1 ;;
     unlocked:*) DRK_LIFECYCLE_LOCK=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of the lifecycle lock
     warm16) DRK_WARM_WORKERS=16 timeout 90 python bench/eval_speed.py throughput_fork ;;
-    blocking:*) DRK_BLOCKING_SYNC=1 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B of waiting by sleeping
     spare0:*) DRK_SPARE_WORKERS=0 timeout 120 python bench/eval_speed.py ${step#*:} ;;  # A/B: no workers beyond the slots
     fresh:*) DRK_WORKER_USES=1 timeout ${step#*:} python bench/eval_speed.py throughput_fork ;;  # no worker reuse
     profcost) timeout 200 python bench/profiler_cost.py ;;

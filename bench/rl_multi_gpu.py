@@ -25,7 +25,7 @@ K processes and ACCELERATE_USE_CPU, since `accelerate launch --cpu` starts a sin
 writes $OUT/rl_multi_gpu.json: per K the median step time after the first step, its split (generation,
 evaluation, training; the slowest process's), episodes per second, and the speedup of episodes per
 second over the first K. A run launched by hand writes $OUT/rl_multi_gpu_K.json (K = processes).
-Without --model the tiny random model (drk_lab.tiny_model) is built, or with --random-hidden H
+Without --model the tiny random model (drk_lab.rl.tiny_model) is built, or with --random-hidden H
 --random-layers N a random Qwen3 of that size (bench/rl_run.py's); nothing is downloaded.
 """
 
@@ -88,7 +88,7 @@ def run_once(args: argparse.Namespace) -> None:
     cuda = torch.cuda.is_available() and not os.environ.get("ACCELERATE_USE_CPU")
     model = args.model
     if model is None:  # built once by the first process, read by all
-        from drk_lab.tiny_model import make_tiny_model
+        from drk_lab.rl.tiny_model import make_tiny_model
 
         folder = OUT / (f"random_qwen3_{args.random_hidden}x{args.random_layers}" if args.random_hidden else "tiny_model")
         if accelerator.is_main_process:

@@ -4,7 +4,7 @@
                            [--max-new-tokens 512] [--lora 16] [--dtype bfloat16] [--force-solutions]
     accelerate launch --num_processes 2 bench/rl_run.py --model ...      # the same run over 2 GPUs
 
-Without --model it builds the tiny random model (drk_lab.tiny_model), or with --random-hidden H
+Without --model it builds the tiny random model (drk_lab.rl.tiny_model), or with --random-hidden H
 --random-layers N a random Qwen3 of that size with the same local tokenizer (built on the machine, nothing
 downloaded; its vocabulary is only ~1k tokens, so logits cost less than a real model's). Random models write
 no code; with
@@ -55,7 +55,7 @@ def random_model(path: Path, hidden: int, layers: int) -> Path:
     """A randomly initialised Qwen3 (bf16 weights) with the tiny model's tokenizer, saved to `path`."""
     from transformers import Qwen3ForCausalLM
 
-    from drk_lab.tiny_model import tiny_config, train_tokenizer
+    from drk_lab.rl.tiny_model import tiny_config, train_tokenizer
 
     if not (path / "config.json").exists():
         tokenizer = train_tokenizer()
@@ -98,7 +98,7 @@ def main() -> None:
         folder = Path(tempfile.gettempdir()) / f"drk_random_qwen3_{args.random_hidden}x{args.random_layers}"
         model = str(random_model(folder, args.random_hidden, args.random_layers))
     elif model is None:
-        from drk_lab.tiny_model import make_tiny_model
+        from drk_lab.rl.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(OUT / "tiny_model"))
     pairs = tasks_with_solutions(cuda, [n for n in args.tasks.split(",") if n])

@@ -29,7 +29,7 @@ def cuda_available() -> bool:
 
 # The longest files first: under `-n 2 --dist loadfile` a file runs whole on one worker, and one of
 # several minutes taken last would leave the other worker idle at the end.
-LONGEST_FILES = ("test_mini_drkernel.py", "test_notebooks.py")
+LONGEST_FILES = ("test_mini.py", "test_notebooks.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -65,6 +65,6 @@ def relu_solution(tasks):
 def tiny_path(tmp_path_factory):
     """A tiny random Qwen3-style model and its tokenizer, saved once; load it per module (training changes it)."""
     pytest.importorskip("transformers")
-    from drk_lab.tiny_model import make_tiny_model
+    from drk_lab.rl.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")

@@ -3,7 +3,7 @@
 A case lives in data/cases/NAME/: the task (task.py, KernelBench format), the model's answer at each
 turn (turn_1.py, turn_2.py, ...: complete ModelNew sources, each opening with a comment line saying
 what changed) and shipped measurements (DEVICE.jsonl, one Trajectory each: h200.jsonl from
-bench/layernorm_case.py on an H200, cpu.jsonl from the CPU interpreter, correctness only).
+experiments/layernorm_case.py on an H200, cpu.jsonl from the CPU interpreter, correctness only).
 
     traj = load_case("layernorm")              # the H200 measurement when shipped, else the CPU one
     rows = case_table(traj)                    # one dict per turn: speedups, coverage, reward, ...

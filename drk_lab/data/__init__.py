@@ -6,13 +6,15 @@ go), spec (TaskSpec and its KernelBench-format source), generator (sampling, siz
 deduplication), splits (held-out operator combinations), kernels_rows and kernels_gemm (the teacher's
 Triton pieces per turn style), teacher (a whole ModelNew and the reply per turn), trajectories (the
 teacher as a Policy on the episode driver, resumable runs, the SFT keep rule, summaries), export (JSONL and
-parquet rows, the RL prompt rows) and command (`drk data`, added to the command line by cli.py). public_sets
+parquet rows, the RL prompt rows), cold_start (Dr. Kernel's cold-start SFT layout: read, checked, written,
+and this project's trajectories turned into it) and command (`drk data`, added to the command line by
+cli.py). public_sets
 (loaders for users' local copies of public data sets: Dr. Kernel's RL prompts and cold-start trajectories,
 KernelBook's PyTorch/Triton pairs, a KernelBench checkout, each turned into Tasks and cold-start SFT rows
 with what was skipped and why) and kernelbench_format (a public set's reference rewritten into KernelBench
 format).
 
-May import: drk_lab.harness (tasks, the correctness tolerances, devices), drk_lab.agent (the prompt,
-KernelEnv's episode driver, trajectories), drk_lab.policies (the Completion a policy returns) and drk_lab.rl
-(the cold-start layout of rl/sft.py); nothing imports data except the command line, tests and benchmarks.
+May import: drk_lab.common (the correctness tolerances, models), drk_lab.harness (tasks, devices, baselines),
+drk_lab.agent (the prompt, KernelEnv's episode driver, trajectories) and drk_lab.policies (the Completion a
+policy returns); never rl, which reads its data sets from here (rl/sft.py trains on cold_start's rows).
 """

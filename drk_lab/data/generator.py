@@ -153,7 +153,7 @@ def validate(spec: TaskSpec) -> Task:
     """The spec's task at full size, or InvalidTask naming the check it fails (module docstring)."""
     import torch
 
-    from drk_lab.harness.correctness import TOLERANCES, Mismatch, compare
+    from drk_lab.common.correctness import TOLERANCES, Mismatch, compare
 
     try:
         task = task_from_source(render_source(spec), spec.name, spec.level)

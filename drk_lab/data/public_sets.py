@@ -25,7 +25,7 @@ hkust-nlp/drkernel-validation-data, 100 KernelBench level-2 tasks, has the same 
 Dr. Kernel cold start (hkust-nlp/drkernel-coldstart-8k): one row per multi-turn trajectory
     messages      list of {role, content}: the task (user), an answer (assistant), feedback (user), ...
     uuid, entry_point, final_speedup, best_round, ...: metadata; some copies add original_python_code
-  drkernel_cold_start: every row is an SFT row as it is (messages checked with rl.sft.check_messages) plus
+  drkernel_cold_start: every row is an SFT row as it is (messages checked with data.cold_start.check_messages) plus
   a `task` column, the name of the Task recovered from original_python_code when present, else from the
   reference block of the first user message (reference_in_message), or None when none can be recovered.
 
@@ -58,9 +58,9 @@ from pathlib import Path
 
 from drk_lab.agent.extraction import extract_code
 from drk_lab.agent.prompts import initial_prompt
+from drk_lab.data.cold_start import ColdStartError, check_messages, data_files, read_rows_json
 from drk_lab.data.kernelbench_format import NotKernelBench, kernelbench_source, reference_in_message, renamed_class
 from drk_lab.harness.task import Task, TaskError, load_tasks, task_from_source
-from drk_lab.rl.sft import ColdStartError, _data_files, _read_rows_json, check_messages
 
 KERNELBOOK_CODE = ("python_code", "triton_code")
 
@@ -103,7 +103,7 @@ def read_rows(path, columns: tuple[str, ...] = (), limit: int | None = None,
     PublicSetError when a file is missing, unreadable, empty, or lacks one of `columns` (the message lists
     the columns it has). `only`: read just these parquet columns (where present), to save memory."""
     try:
-        files = _data_files(Path(path).expanduser())
+        files = data_files(Path(path).expanduser())
     except ColdStartError as e:
         raise PublicSetError(str(e)) from None
     rows = []
@@ -125,7 +125,7 @@ def read_rows(path, columns: tuple[str, ...] = (), limit: int | None = None,
             found = [(f"{file}: row {i}", row) for i, row in enumerate(table.to_pylist())]
         else:
             try:
-                json_rows, places = _read_rows_json(file)
+                json_rows, places = read_rows_json(file)
             except ColdStartError as e:
                 raise PublicSetError(str(e)) from None
             found = [(f"{file}: {place}", row) for place, row in zip(places, json_rows)]

@@ -34,10 +34,10 @@ from pathlib import Path
 
 from drk_lab.agent.prompts import initial_prompt
 from drk_lab.agent.trajectory import write_jsonl
+from drk_lab.common import models
 from drk_lab.data.bugs import PlantedBug, plant_bug
 from drk_lab.data.spec import TaskSpec
 from drk_lab.data.teacher import REPAIR_PLAN, answer, repair_answer
-from drk_lab.harness import models
 from drk_lab.policies.base import Completion
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -215,8 +215,8 @@ def measure_baseline(task, device: str, eval_kwargs: dict) -> None:
     ensure_baselines: its workers never profile, so they skip the profiler's start-up, and a baseline job
     (after which its worker retires) does not empty the pool of warm workers the evaluations use.
     The first turn's evaluation then reads the cached timings."""
+    from drk_lab.common.timing import FLUSH_BYTES
     from drk_lab.harness.evaluate import ensure_baselines
-    from drk_lab.harness.timing import FLUSH_BYTES
 
     ensure_baselines([task], device=device, max_in_flight=1, progress=False, warmup=eval_kwargs.get("warmup", 3),
                      timing_trials=eval_kwargs.get("timing_trials", 100),
@@ -265,7 +265,7 @@ def harness_version(traj) -> str:
 def sft_rows(trajectories, specs: dict[str, TaskSpec], splits: dict[str, str] | None = None) -> list[dict]:
     """Cold-start rows (drk_lab.rl.sft's layout) plus: level, ops, combination, dtype, split, harness_version,
     device, teacher turns evaluated and correct. `specs` maps task names to their TaskSpec."""
-    from drk_lab.rl.sft import trajectories_to_cold_start
+    from drk_lab.data.cold_start import trajectories_to_cold_start
 
     rows = []
     for traj in trajectories:
@@ -320,7 +320,7 @@ def summarize(trajectories, specs: dict[str, TaskSpec]) -> dict:
 
 
 def summary_table(by_level: dict) -> str:
-    """summarize()'s result as a markdown table (the card and BENCHMARKS.md use it)."""
+    """summarize()'s result as a markdown table (data/README.md, the card, uses it)."""
     head = ("| level | trajectories | teacher correct | correct by turn | timed | best speedup p10 / p25 / p50 / p75 / p90 "
             "| geomean | share >= 1x |\n|---|---|---|---|---|---|---|---|")
     lines = [head]

@@ -9,6 +9,6 @@ precision, freed memory, speed of light) with extra_calls and torch_work (PyTorc
 and the generator of hacked and honest variants that measures them all (generator, with hack_classes,
 hack_patches, obfuscation and honest_rewrites).
 
-May import: torch, and only the harness's lower modules (correctness, launches, models, processes,
-failures, timing, settings, result); the catalogue imports nothing from drk_lab at all.
+May import: torch and drk_lab.common (models, correctness, launches, timing, failures, processes), never the
+harness, which runs these checks and imports them; the catalogue imports nothing from drk_lab at all.
 """

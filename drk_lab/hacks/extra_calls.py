@@ -18,11 +18,11 @@ from functools import partial
 import torch
 import torch.utils.deterministic
 
+from drk_lab.common import correctness, models
+from drk_lab.common.failures import EvaluationFailure, short_traceback
+from drk_lab.common.launches import KernelLaunches
 from drk_lab.hacks.runtime_checks import launch_findings
 from drk_lab.hacks.torch_work import TorchWork, torch_share
-from drk_lab.harness import correctness, models
-from drk_lab.harness.failures import EvaluationFailure, short_traceback
-from drk_lab.harness.launches import KernelLaunches
 
 
 TORCH_SHARE = 0.5  # of the reference's work, computed by PyTorch in the candidate's forward

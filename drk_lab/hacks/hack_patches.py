@@ -45,7 +45,7 @@ def global_flags(h: Honest, rng, form: str) -> Payload | None:
     return Payload(_placed(FLAG_WRITES[flag], where), (("os", "os"), ("torch", "torch")))
 
 
-HARNESS_MODULE = "drk_lab.harness.correctness"
+HARNESS_MODULE = "drk_lab.common.correctness"
 ROUTES = {  # how the harness's comparison module is reached -> (expression, roots)
     "sys_modules": (f"sys.modules['{HARNESS_MODULE}']", (("sys", "sys"),)),
     "importlib": (f"importlib.import_module('{HARNESS_MODULE}')", (("importlib", "importlib"),)),

@@ -16,9 +16,9 @@ import threading
 
 import torch
 
+from drk_lab.common import correctness, launches, models, timing
+from drk_lab.common.processes import child_processes
 from drk_lab.hacks.static_names import NUMERIC_ENV
-from drk_lab.harness import correctness, launches, models, timing
-from drk_lab.harness.processes import child_processes
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
 # What the harness times and compares with, and what the reference runs: a candidate must not replace their

@@ -19,10 +19,10 @@ import tempfile
 import threading
 import time
 
+from drk_lab.common.models import versions
 from drk_lab.harness import settings
 from drk_lab.harness.devices import device_env, gpu_name
 from drk_lab.harness.entry import COMMAND
-from drk_lab.harness.models import versions
 from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, new_key
 from drk_lab.harness.supervisor import WorkerWatch, new_workdir
 

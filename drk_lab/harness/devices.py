@@ -49,30 +49,6 @@ def device_env(device: str) -> dict[str, str]:
     return {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
-CU_CTX_SCHED_BLOCKING_SYNC = 0x04  # cuda.h
-
-
-def wait_by_blocking(index: int) -> str | None:
-    """Before this process's CUDA context exists: threads that wait for GPU `index` (synchronize, event
-    waits) sleep until the driver wakes them instead of spinning. Timings come from CUDA events, so they
-    do not change; a wake-up costs microseconds. Returns None, or why it could not be set."""
-    import ctypes
-
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return f"no CUDA driver library ({e})"
-    device = ctypes.c_int()
-    set_flags = getattr(driver, "cuDevicePrimaryCtxSetFlags_v2", None) or driver.cuDevicePrimaryCtxSetFlags
-    if (code := driver.cuInit(0)) != 0:
-        return f"cuInit returned CUDA error {code}"
-    if (code := driver.cuDeviceGet(ctypes.byref(device), index)) != 0:
-        return f"cuDeviceGet returned CUDA error {code}"
-    if (code := set_flags(device, CU_CTX_SCHED_BLOCKING_SYNC)) != 0:
-        return f"cuDevicePrimaryCtxSetFlags returned CUDA error {code}"
-    return None
-
-
 def gpu_name() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],

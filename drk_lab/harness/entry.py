@@ -15,7 +15,7 @@ def main(argv: list[str]) -> None:
 
         serve(argv[1], argv[2], argv[3], int(argv[4]), argv[5] == "1", int(argv[6]))
     elif argv[0] == "worker":
-        from drk_lab.harness.processes import enter_worker
+        from drk_lab.common.processes import enter_worker
         from drk_lab.harness.protocol import Job, read_line
         from drk_lab.harness.settings import current, read_only_paths
         from drk_lab.harness.worker import protect, run_job

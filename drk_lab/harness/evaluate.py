@@ -9,7 +9,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from drk_lab.common.timing import FLUSH_BYTES
 from drk_lab.hacks.static_rules import static_hack_check
+from drk_lab.harness.baselines import baseline_key, load_baseline, load_copy_bandwidth, save_baseline, save_copy_bandwidth
 from drk_lab.harness.caller import get_sandbox, shutdown
 from drk_lab.harness.devices import resolve_device
 from drk_lab.harness.protocol import COMPILE_NOT_ASKED, STAGE_TIMEOUTS, Job, RawResult
@@ -17,8 +19,6 @@ from drk_lab.harness.result import EvalResult
 from drk_lab.harness.shapes import other_shape
 from drk_lab.harness.syntax import PARSE_LOCK
 from drk_lab.harness.task import Task
-from drk_lab.harness.timing import (FLUSH_BYTES, baseline_key, load_baseline, load_copy_bandwidth, save_baseline,
-                                   save_copy_bandwidth)
 from drk_lab.harness.validity import check_candidate
 
 CPU_TIMING_NOTE = ("no timings: ran on the CPU with the Triton interpreter (TRITON_INTERPRET=1), "

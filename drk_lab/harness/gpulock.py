@@ -16,7 +16,7 @@ from drk_lab.harness.devices import physical_gpu
 from drk_lab.harness.settings import current
 
 # settings.lifecycle_lock: also hold the (shared) lock while a worker's CUDA context starts and ends. On by
-# default: on the H200 (BENCHMARKS.md) it cost no throughput, and the one run with it off had timing
+# default: on the H200 (LOG.md, 2026-11-29) it cost no throughput, and the one run with it off had timing
 # outliers. The profiler's slow start-up never holds the lock. settings.lock_log: a JSONL file, one line
 # per hold (who, shared or exclusive, when asked, got, let go), for studying contention.
 

@@ -122,7 +122,7 @@ def kernel_rows(activity: list[tuple[str, float, str]], candidate_names, calls: 
 
 def new_profile():
     """A torch.profiler session, prepared (CUPTI started) but not recording. Preparing costs 4-5 s
-    of CPU the first time in a process and about a millisecond after that (H200, BENCHMARKS.md),
+    of CPU the first time in a process and about a millisecond after that (H200, 2026-11-29),
     so workers do it once while warming up, outside the GPU lock."""
     os.environ.setdefault("TEARDOWN_CUPTI", "0")  # keep CUPTI between sessions: less launch overhead left behind
     from torch.profiler import ProfilerActivity, profile

@@ -19,10 +19,10 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from drk_lab.common.timing import FLUSH_BYTES
 from drk_lab.hacks.catalogue import ERROR_KINDS
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.shapes import OtherShape
-from drk_lab.harness.timing import FLUSH_BYTES
 
 # Seconds each stage may take (a job's stage_timeouts override them). Trials are "trial0", "trial1", ...
 STAGE_TIMEOUTS = {"start": 120.0, "load": 60.0, "trial": 60.0, "timing": 120.0, "ncu": 300.0,

@@ -19,13 +19,13 @@ from pathlib import Path
 class HarnessSettings:
     # evaluations one warm worker may serve, each after checking itself clean (reuse.py); 1: always fresh.
     # None: 32 on a GPU (a fresh worker costs a CUDA context and a warm-up), 1 on the CPU (a fork of the
-    # zygote costs less there than the check: 30 s against 40 s for the 33 built-in solutions on 2 cores)
+    # zygote costs less there than the check)
     worker_uses: int | None = None
     # workers kept ready; None: 2 on the CPU, min(8, max(2, cores / 2)) on a GPU. At most 2 x warm_workers
     # evaluate at once (GPU memory) and spare_workers more are alive, checking themselves (zygote.py)
     warm_workers: int | None = None
-    # None: warm_workers on the CPU, 0 on a GPU (where 24 workers for 16 slots evaluated 5.8-5.9/s against
-    # 7.0-7.6/s with 16, in both orders on one H200); 0: no more alive than may evaluate at once
+    # None: warm_workers on the CPU, 0 on a GPU (where spares slowed every evaluation: LOG.md, 2026-12-02);
+    # 0: no more alive than may evaluate at once
     spare_workers: int | None = None
     lifecycle_lock: bool = True  # a worker's CUDA context starts and ends under the shared GPU lock
     lock_log: str | None = None  # a JSONL file: every GPU-lock hold (bench/lock_report.py reads it)
@@ -35,18 +35,6 @@ class HarnessSettings:
     # between them): the service adds its result store
     read_only: str | None = None
     scratch_bytes: int = 1 << 30  # a worker's largest file (RLIMIT_FSIZE), and the most a job's folder may hold
-    # freed memory is poisoned inside PyTorch's cache, without first handing the cache back to the driver
-    # (cudaFree, cudaMalloc and a synchronize per trial): an experiment, off until the GPU recall run
-    # shows it catches what the default catches
-    poison_in_cache: bool = False
-    # a worker waiting for the GPU sleeps until the driver wakes it instead of spinning on a core (the
-    # driver spins when a process has fewer CUDA contexts than the machine has cores): an experiment, off
-    # until an A/B on the GPU shows what it does to throughput with 16 workers on 16 cores
-    blocking_sync: bool = False
-    # the absolute tolerance is at most a tenth of the reference's RMS, so that an output smaller than atol
-    # is still checked (a softmax over 4,096 fp16 columns is 2.4e-4 everywhere, atol 1e-2: zeros would
-    # pass); off: atol * max(1, RMS) alone, the rule of every run recorded up to 2026-12-04
-    cap_atol_by_rms: bool = True
 
     @classmethod
     def from_environment(cls, env=None) -> HarnessSettings:

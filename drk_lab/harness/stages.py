@@ -15,16 +15,17 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from drk_lab.common import correctness, models
+from drk_lab.common.failures import EvaluationFailure, classify, short_traceback
+from drk_lab.common.launches import KernelLaunches
+from drk_lab.common.models import build, copy_weights, load_module, make_inputs, sync
+from drk_lab.common.timing import MIN_TRIALS, time_cuda, warm_up
 from drk_lab.hacks import extra_calls, runtime_checks
 from drk_lab.hacks.catalogue import Finding, verdict
-from drk_lab.harness import correctness, models, profiler
-from drk_lab.harness.failures import EvaluationFailure, classify, short_traceback
+from drk_lab.harness import profiler
 from drk_lab.harness.gpulock import GpuLock
-from drk_lab.harness.launches import KernelLaunches
-from drk_lab.harness.models import build, copy_weights, load_module, make_inputs, sync
 from drk_lab.harness.ncu import ncu_metrics
 from drk_lab.harness.protocol import COMPILE_NOT_ASKED, Job, RawResult
-from drk_lab.harness.timing import MIN_TRIALS, time_cuda, warm_up
 
 CANDIDATE_FILE, REFERENCE_FILE = "candidate.py", "reference.py"  # in the job's folder, the worker's cwd
 

@@ -17,9 +17,9 @@ import socket
 import tempfile
 import time
 
+from drk_lab.common.processes import folder_bytes, kill_tree, leftover_processes, rss_bytes
 from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
-from drk_lab.harness.processes import folder_bytes, kill_tree, leftover_processes, rss_bytes
 from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, encode, new_key, pop_message
 from drk_lab.harness.settings import cache_dir, current
 

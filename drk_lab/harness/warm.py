@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from drk_lab.harness import correctness, models
+from drk_lab.common import correctness, models
+from drk_lab.common.gpu_clocks import clock_state
 from drk_lab.harness.devices import wait_by_blocking
-from drk_lab.harness.gpu_clocks import clock_state
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.profiler import new_profile
 from drk_lab.harness.settings import current
@@ -28,10 +28,6 @@ def warm_up(device: str, lock_dir: str, gpu: int, profiler: bool = True) -> None
     """Start the CUDA context and cuBLAS (under the GPU lock only with settings.lifecycle_lock), then, for
     workers that will profile, the profiler (4-5 s of CPU, no lock), then run one of each kind of
     kernel (profiled) under a shared GPU lock."""
-    if current().blocking_sync:
-        why = wait_by_blocking(torch.device(device).index or 0)
-        if why:
-            print(f"drk worker: waits for the GPU by spinning: {why}", file=sys.stderr)
     lock = GpuLock(lock_dir, gpu)
     lock.label = "warm_up"
     with lock.shared() if current().lifecycle_lock else nullcontext():

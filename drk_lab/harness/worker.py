@@ -23,7 +23,8 @@ import sys
 import time
 from contextlib import nullcontext
 
-from drk_lab.harness import guard, processes
+from drk_lab.common import processes
+from drk_lab.harness import guard
 from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.protocol import REUSABLE_OUTCOMES, Job, RawResult, read_line, signed

@@ -28,9 +28,9 @@ import socket
 import sys
 import time
 
+from drk_lab.common.models import versions
+from drk_lab.common.processes import enter_worker, set_parent_death_signal, set_subreaper
 from drk_lab.harness.devices import gpu_index, gpu_name
-from drk_lab.harness.models import versions
-from drk_lab.harness.processes import enter_worker, set_parent_death_signal, set_subreaper
 from drk_lab.harness.protocol import STAGE_TIMEOUTS
 from drk_lab.harness.settings import current, read_only_paths
 from drk_lab.harness.supervisor import serve_one

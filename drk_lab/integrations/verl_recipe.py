@@ -32,8 +32,8 @@ DATA_SOURCE = "drk_lab"
 DEFAULTS = RLSettings()
 
 
-def rollout_correction(lower: float = DEFAULTS.mrs_lower, upper: float = DEFAULTS.mrs_upper,
-                       token_veto: float = DEFAULTS.mrs_token_veto) -> dict:
+def rollout_correction(lower: float = DEFAULTS.filters.mrs_lower, upper: float = DEFAULTS.filters.mrs_upper,
+                       token_veto: float = DEFAULTS.filters.mrs_token_veto) -> dict:
     """verl's algorithm.rollout_correction settings that reject what drk_lab's mismatch_rejection
     rejects (the module docstring says where they differ)."""
     if not 0 < lower <= 1 <= upper or not 0 < token_veto < 1:
@@ -65,16 +65,16 @@ def drkernel_overrides(model: str, data_dir: str, *, nodes: int = 1, gpus_per_no
         "data.max_response_length": max_response_length,
         "actor_rollout_ref.model.path": model,
         "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.n": samples,
-        "actor_rollout_ref.rollout.temperature": s.temperature, "actor_rollout_ref.rollout.calculate_log_probs": True,
-        "actor_rollout_ref.actor.optim.lr": s.lr, "actor_rollout_ref.actor.optim.weight_decay": s.weight_decay,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": prompts // s.mini_batches,
-        "actor_rollout_ref.actor.clip_ratio_low": s.eps_low, "actor_rollout_ref.actor.clip_ratio_high": s.eps_high,
-        "actor_rollout_ref.actor.clip_ratio_c": s.dual_clip, "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum",
-        "actor_rollout_ref.actor.grad_clip": s.grad_clip, "actor_rollout_ref.actor.use_kl_loss": False,
+        "actor_rollout_ref.rollout.temperature": s.rollouts.temperature, "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.actor.optim.lr": s.loss.lr, "actor_rollout_ref.actor.optim.weight_decay": s.loss.weight_decay,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": prompts // s.loss.mini_batches,
+        "actor_rollout_ref.actor.clip_ratio_low": s.loss.eps_low, "actor_rollout_ref.actor.clip_ratio_high": s.loss.eps_high,
+        "actor_rollout_ref.actor.clip_ratio_c": s.loss.dual_clip, "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum",
+        "actor_rollout_ref.actor.grad_clip": s.loss.grad_clip, "actor_rollout_ref.actor.use_kl_loss": False,
         "actor_rollout_ref.actor.entropy_coeff": 0,
-        "algorithm.adv_estimator": "trloo", "algorithm.gamma": s.gamma, "algorithm.use_kl_in_reward": False,
+        "algorithm.adv_estimator": "trloo", "algorithm.gamma": s.loss.gamma, "algorithm.use_kl_in_reward": False,
         **{f"algorithm.rollout_correction.{k}": v for k, v in rollout_correction(
-            s.mrs_lower, s.mrs_upper, s.mrs_token_veto).items()},
+            s.filters.mrs_lower, s.filters.mrs_upper, s.filters.mrs_token_veto).items()},
         "reward.custom_reward_function.path": "pkg://drk_lab.integrations.verl_reward",
         "reward.custom_reward_function.name": "compute_score",
         "trainer.nnodes": nodes, "trainer.n_gpus_per_node": gpus_per_node, "trainer.total_epochs": epochs,
@@ -84,7 +84,7 @@ def drkernel_overrides(model: str, data_dir: str, *, nodes: int = 1, gpus_per_no
     # keys verl's config does not declare are added with "+"
     lines.append("+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
                  "drk_lab.integrations.verl_estimator.register_trloo")
-    lines.append(f"+reward.custom_reward_function.reward_kwargs.reward={s.reward_fn}")
+    lines.append(f"+reward.custom_reward_function.reward_kwargs.reward={s.rollouts.reward_fn}")
     if service_url:
         lines.append(f"+reward.custom_reward_function.reward_kwargs.url={service_url}")
     return lines

@@ -1,4 +1,4 @@
-"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO, single-turn RLOO, and shuffled controls.
+"""Turn-level advantages for multi-turn RL: TRLOO, multi-turn GRPO and single-turn RLOO.
 
 Layout: `rewards[B, T]` holds the reward of turn t of sample i, `group[B]` the id of the prompt
 that sample i answers (ints, strings or anything hashable), `valid[B, T]` which turns count.
@@ -16,9 +16,6 @@ GRPO (multi-turn): A(i,t) = G(i,t) - mean over S_t including i = (K_t-1)/K_t * T
 A group of one at turn t (K_t = 1) has no baseline; `single` chooses: "return" gives A = G
 (TRLOO's default, §12), "zero" gives A = 0 (GRPO's default: what its formula gives).
 `std_normalize=True` divides by the (unbiased) std of G over S_t plus `eps`; off by default.
-`shuffled` permutes given advantages over the valid entries (of the whole batch, or of each group at
-each turn): a control run whose updates have the same sizes as TRLOO's but carry no information about
-which reply earned its reward.
 
 `trloo_token_level` / `grpo_multiturn_token_level` take the token layout that verl and SkyRL
 advantage estimators receive, so they can be registered there (see their docstrings).
@@ -146,41 +143,18 @@ def grpo_multiturn(
     )
 
 
-def shuffled(advantages: Any, valid: Any, generator: torch.Generator | None = None, group: Any = None) -> torch.Tensor:
-    """The valid entries' advantages in a random order (invalid entries stay 0). The same values reach
-    the loss, so the update's size is TRLOO's, but each is paired with another sample's turn: what
-    training does to a model when the reward's signal is taken away. Without `group` the values move
-    over the whole batch; with it, only among one group's valid entries at the same turn, so each
-    group's values at a turn keep their sum (0 for TRLOO): the tokens a group's replies share still get
-    pushes that cancel, as under TRLOO, and only which reply gets which value is chance."""
-    adv = _float_tensor(advantages).clone()
-    v = _bool_tensor(valid, adv.device)
-    rows, turns = v.nonzero(as_tuple=True)
-    values = adv[rows, turns]
-    key = torch.zeros_like(rows) if group is None else group_indices(group, adv.device)[rows] * adv.shape[1] + turns
-    for k in key.unique():
-        members = (key == k).nonzero(as_tuple=True)[0]
-        values[members] = values[members[torch.randperm(members.numel(), generator=generator).to(adv.device)]]
-    adv[rows, turns] = values
-    return torch.where(v, adv, torch.zeros_like(adv))
+ADVANTAGES = ("trloo", "grpo")
 
 
-ADVANTAGES = ("trloo", "grpo", "shuffled", "shuffled_in_group")
-
-
-def batch_advantages(returns: Any, group: Any, valid: Any, method: str = "trloo", *, std_normalize: bool = False,
-                     generator: torch.Generator | None = None) -> torch.Tensor:
-    """What RLTrainer trains on, by `method`: "trloo" (a group of one keeps its return), "grpo" (a group
-    of one gets 0), or TRLOO's values permuted with `generator`, the controls: "shuffled" over the
-    whole batch, "shuffled_in_group" within each group and turn."""
+def batch_advantages(returns: Any, group: Any, valid: Any, method: str = "trloo", *,
+                     std_normalize: bool = False) -> torch.Tensor:
+    """What RLTrainer trains on, by `method`: "trloo" (a group of one keeps its return) or "grpo" (a group
+    of one gets 0)."""
     if method not in ADVANTAGES:
         raise ValueError(f"advantage must be one of {ADVANTAGES}, got {method!r}")
     grpo = method == "grpo"
-    adv = advantages_from_returns(returns, group, valid, leave_one_out=not grpo, single="zero" if grpo else "return",
-                                  std_normalize=std_normalize)
-    if method.startswith("shuffled"):
-        return shuffled(adv, valid, generator, group if method == "shuffled_in_group" else None)
-    return adv
+    return advantages_from_returns(returns, group, valid, leave_one_out=not grpo, single="zero" if grpo else "return",
+                                   std_normalize=std_normalize)
 
 
 def rloo(

@@ -19,7 +19,7 @@ step attends to the growing slice of the cache written so far, whose shape chang
 Token-exact with what the trainer scores: the layers' own modules (norms, projections, MLP, rotary
 embedding) run on the same inputs; only attention is written out (scaled dot-product over the cache with
 a padding-and-causal mask). Log-probabilities are the raw model's (temperature 1, no truncation), as in
-TransformersPolicy; tests/test_sampler.py checks greedy tokens and log-probs against the trainer's
+TransformersPolicy; tests/rl/test_sampler.py checks greedy tokens and log-probs against the trainer's
 teacher-forced forward (rl/logprobs.py's sequence_logprobs). Run the model in float32 for MRS statistics
 near zero; bf16 gives mismatches of the order of bf16 rounding, as any two engines do.
 

@@ -1,24 +1,20 @@
-"""RLSettings: every setting of an RL run in one frozen dataclass.
+"""RLSettings: every setting of an RL run, in groups a notebook's parameters cell can hold.
 
-A notebook's parameters cell fills one (`RLSettings(samples=16, turns=3, lr=1e-6)`), RLTrainer takes it
-(or the same names as keyword arguments), and it is saved with every checkpoint (trainer.json) and given
-to the run log and wandb as the run's config, so a run can always say how it was made.
+    settings = RLSettings().changed(samples=16, turns=3, lr=1e-6, log_dir="runs/rl")   # by name, any group
+    settings.rollouts.samples, settings.filters.prs, settings.loss.lr                   # read by group
+
+RLTrainer takes one (or the same names as keyword arguments), and it is saved with every checkpoint
+(trainer.json) and given to the run log and wandb as the run's config, so a run can always say how it was made.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
-class RLSettings:
-    # model
-    model_dtype: str | None = None  # when the model is loaded from a path: "bfloat16", "float32", ...
-    lora: dict | None = None  # peft LoraConfig arguments, e.g. {"r": 16, "target_modules": "all-linear"}
-    gradient_checkpointing: bool = False
-    mixed_precision: str = "no"  # accelerate's: "no", "bf16", "fp16"
-    seed: int = 0
-    # rollouts
+class RolloutSettings:
+    """Which tasks each step draws, and how the policy's episodes are sampled and evaluated."""
     prompts_per_step: int = 2  # tasks per step over all processes (each gets `samples` episodes)
     samples: int = 4  # episodes per task: one group
     turns: int = 3
@@ -26,7 +22,7 @@ class RLSettings:
     context_strategy: str = "last_k"
     stts: dict | None = None  # {"max_user_turns", "remain_turns", "iterations", ...} instead of turns
     reward_fn: str = "drkernel"
-    temperature: float = 1.0  # of the rollouts; the trainer scores the same tempered model (rl/logprobs.py)
+    temperature: float = 1.0  # the trainer scores the same tempered model (rl/logprobs.py)
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 512
@@ -41,7 +37,11 @@ class RLSettings:
     eval_kwargs: dict | None = None  # to drk_lab.harness.evaluate (device, correctness_trials, ...)
     max_workers: int | None = None
     shuffle_tasks: bool = True
-    # filters
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    """Mismatch (MRS) and profiling (PRS) rejection sampling (rl/filters.py)."""
     mrs: bool = True  # off: nothing is rejected, but what MRS would reject is still logged
     mrs_lower: float = 0.999
     mrs_upper: float = 1.001
@@ -50,12 +50,15 @@ class RLSettings:
     prs_threshold: float = 0.3
     prs_width: float = 0.1
     prs_keep_if_speedup: float | None = None
-    # advantages
-    advantage: str = "trloo"  # or "grpo" (multi-turn GRPO, for comparison), "shuffled", "shuffled_in_group" (controls)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """Advantages, the clipped-ratio loss and the optimizer."""
+    advantage: str = "trloo"  # or "grpo" (multi-turn GRPO, for comparison)
     gamma: float = 1.0
     std_normalize: bool = False
     returns_include_rejected: bool = True  # a PRS-rejected turn's reward still counts in earlier returns
-    # loss and optimizer
     eps_low: float = 0.2
     eps_high: float = 0.28
     dual_clip: float | None = 3.0
@@ -71,6 +74,22 @@ class RLSettings:
     micro_batch_size: int = 1  # sequences per forward/backward
     mini_batches: int = 1  # optimizer steps per rollout batch (PPO-style; >1 makes the ratio clip bite)
     padding_side: str = "right"
+
+
+GROUPS = {"rollouts": RolloutSettings, "filters": FilterSettings, "loss": LossSettings}
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    # model
+    model_dtype: str | None = None  # when the model is loaded from a path: "bfloat16", "float32", ...
+    lora: dict | None = None  # peft LoraConfig arguments, e.g. {"r": 16, "target_modules": "all-linear"}
+    gradient_checkpointing: bool = False
+    mixed_precision: str = "no"  # accelerate's: "no", "bf16", "fp16"
+    seed: int = 0
+    rollouts: RolloutSettings = field(default_factory=RolloutSettings)
+    filters: FilterSettings = field(default_factory=FilterSettings)
+    loss: LossSettings = field(default_factory=LossSettings)
     # checkpoints and logging
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0  # steps; 0: only when save_checkpoint() is called
@@ -81,6 +100,19 @@ class RLSettings:
     wandb_project: str = "drk_lab"
     wandb_mode: str = "offline"
     wandb_run_name: str | None = None
+
+    def changed(self, **changes) -> RLSettings:
+        """These settings with `changes` applied by name, in whichever group holds each (a whole group
+        may be given too: rollouts=RolloutSettings(...)); an unknown name raises TypeError."""
+        grouped: dict[str, dict] = {}
+        own = {f.name for f in fields(self)}
+        for name, value in changes.items():
+            group = next((g for g, kind in GROUPS.items() if name in {f.name for f in fields(kind)}), None)
+            if group is None and name not in own:
+                raise TypeError(f"RLSettings has no setting {name!r}")
+            grouped.setdefault(group, {})[name] = value
+        top = replace(self, **grouped.pop(None, {}))
+        return replace(top, **{g: replace(getattr(top, g), **values) for g, values in grouped.items()})
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -47,7 +47,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -116,7 +116,7 @@ class RLTrainer:
         Accelerator(mixed_precision=settings.mixed_precision), accelerate's global state started afresh if an
         earlier trainer here (TRL's bf16 SFT on a GPU) set another precision, which Accelerator cannot change;
         `force_responses(task, sample, turn)` may replace replies by given text (see collect_rollouts)."""
-        self.settings = s = replace(settings or RLSettings(), **changes)
+        self.settings = s = (settings or RLSettings()).changed(**changes)
         from accelerate import Accelerator
         from accelerate.state import AcceleratorState
         from accelerate.utils import set_seed
@@ -129,19 +129,20 @@ class RLTrainer:
                 and AcceleratorState().mixed_precision != s.mixed_precision):
             AcceleratorState._reset_state()
         self.accelerator = accelerator or Accelerator(mixed_precision=s.mixed_precision)
-        if s.temperature <= 0 or (s.temperature != 1 and (s.top_p < 1 or s.top_k)):
+        r = s.rollouts
+        if r.temperature <= 0 or (r.temperature != 1 and (r.top_p < 1 or r.top_k)):
             # the trainer scores softmax(logits / T): a truncated or greedy sampler draws from another policy
-            raise ValueError(f"temperature={s.temperature} with top_p={s.top_p}, top_k={s.top_k}: RL samples at a "
+            raise ValueError(f"temperature={r.temperature} with top_p={r.top_p}, top_k={r.top_k}: RL samples at a "
                              "temperature above 0, and away from 1 without top-p or top-k truncation")
-        if s.prompts_per_step < self.accelerator.num_processes:
-            raise ValueError(f"prompts_per_step={s.prompts_per_step} is fewer than the "
+        if r.prompts_per_step < self.accelerator.num_processes:
+            raise ValueError(f"prompts_per_step={r.prompts_per_step} is fewer than the "
                              f"{self.accelerator.num_processes} processes")
         set_seed(s.seed)
         model, self.tokenizer = _load_model(model_or_path, tokenizer, s.model_dtype)
         # the KL penalty's reference: the model as it starts, copied before LoRA and before a checkpoint is
         # loaded, so that a resumed run is still pulled towards where the whole run began
         self.reference = (copy.deepcopy(model).requires_grad_(False).eval().to(self.accelerator.device)
-                          if s.kl_coef else None)
+                          if s.loss.kl_coef else None)
         if s.lora:
             from peft import LoraConfig, get_peft_model
 
@@ -153,7 +154,8 @@ class RLTrainer:
             if s.lora:
                 model.enable_input_require_grads()
         self.params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(self.params, lr=s.lr, betas=tuple(s.betas), weight_decay=s.weight_decay)
+        optimizer = torch.optim.AdamW(self.params, lr=s.loss.lr, betas=tuple(s.loss.betas),
+                                      weight_decay=s.loss.weight_decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.scheduler = self.last_rollout = None  # last_rollout: the latest step's, for metrics a caller adds
@@ -169,10 +171,11 @@ class RLTrainer:
     def _ensure_scheduler(self, num_steps: int | None, total: int | None = None) -> None:
         if self.scheduler is not None:
             return
-        total = total or self.settings.total_steps or (num_steps * self.settings.mini_batches if num_steps else None)
+        loss = self.settings.loss
+        total = total or loss.total_steps or (num_steps * loss.mini_batches if num_steps else None)
         self.schedule_total = total
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.optimizer, lambda step: lr_factor(
-            step, self.settings.lr_schedule, self.settings.warmup_steps, total, self.settings.min_lr_ratio))
+            step, loss.lr_schedule, loss.warmup_steps, total, loss.min_lr_ratio))
         self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def checkpoint_path(self, step: int) -> Path:
@@ -204,15 +207,14 @@ class RLTrainer:
     # -- one step --------------------------------------------------------------------------------
     def step_tasks(self, step: int) -> list:
         """This process's share of the tasks of `step` (rollout.tasks_of_step)."""
-        k = self.settings.prompts_per_step
-        chosen = tasks_of_step(self.tasks, step, k, self.settings.seed, self.settings.shuffle_tasks)
+        k = self.settings.rollouts.prompts_per_step
+        chosen = tasks_of_step(self.tasks, step, k, self.settings.seed, self.settings.rollouts.shuffle_tasks)
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         return chosen[rank * k // world:(rank + 1) * k // world]
 
     def schedule(self):
-        if self.settings.stts:
-            return stts_schedule(**self.settings.stts)
-        return episode_schedule(self.settings.turns, self.settings.context_turns, self.settings.context_strategy)
+        r = self.settings.rollouts
+        return stts_schedule(**r.stts) if r.stts else episode_schedule(r.turns, r.context_turns, r.context_strategy)
 
     def _seed(self, step: int, salt: int) -> int:
         return ((self.settings.seed * 1_000_003 + step) * 1009 + self.accelerator.process_index) * 7 + salt
@@ -224,63 +226,63 @@ class RLTrainer:
 
         unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
                                                       gradient_checkpointing_kwargs=GC_KWARGS)
+        r = self.settings.rollouts
         with unwrapped_model as unwrapped, self.accelerator.autocast():
-            static = self.settings.sampler == "static"
-            policy_class, extra = (StaticCachePolicy, {"cuda_graph": self.settings.cuda_graph}) if static else (TokenPolicy, {})
-            yield policy_class(unwrapped, self.tokenizer, device=self.accelerator.device,
-                               max_new_tokens=self.settings.max_new_tokens, batch_size=self.settings.generation_batch_size,
-                               chat_template_kwargs=self.settings.chat_template_kwargs, **extra)
+            static = r.sampler == "static"
+            policy_class, extra = (StaticCachePolicy, {"cuda_graph": r.cuda_graph}) if static else (TokenPolicy, {})
+            yield policy_class(unwrapped, self.tokenizer, device=self.accelerator.device, max_new_tokens=r.max_new_tokens,
+                               batch_size=r.generation_batch_size, chat_template_kwargs=r.chat_template_kwargs, **extra)
 
     def rollout(self, step: int):
-        sampling = {"temperature": self.settings.temperature, "top_p": self.settings.top_p, "top_k": self.settings.top_k,
-                    "max_new_tokens": self.settings.max_new_tokens}
+        r = self.settings.rollouts
+        sampling = {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "max_new_tokens": r.max_new_tokens}
         with self.generation_policy() as policy:
             return collect_rollouts(
-                policy, self.step_tasks(step), samples=self.settings.samples, schedule=self.schedule(),
-                reward_fn=self.settings.reward_fn, sampling=sampling, seed=self._seed(step, 1),
-                feedback_tokens=self.settings.feedback_tokens, max_prompt_tokens=self.settings.max_prompt_tokens,
-                max_context_tokens=self.settings.max_context_tokens, system_prompt=self.settings.system_prompt,
-                force_responses=self.force_responses, max_workers=self.settings.max_workers, **(self.settings.eval_kwargs or {}))
+                policy, self.step_tasks(step), samples=r.samples, schedule=self.schedule(), reward_fn=r.reward_fn,
+                sampling=sampling, seed=self._seed(step, 1), feedback_tokens=r.feedback_tokens,
+                max_prompt_tokens=r.max_prompt_tokens, max_context_tokens=r.max_context_tokens,
+                system_prompt=r.system_prompt, force_responses=self.force_responses, max_workers=r.max_workers,
+                **(r.eval_kwargs or {}))
 
     def _micro_batches(self, index: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.split(index, self.settings.micro_batch_size)) or [index]
+        return list(torch.split(index, self.settings.loss.micro_batch_size)) or [index]
 
     def recompute_logprobs(self, batch: SequenceBatch, model=None) -> torch.Tensor:
         """The trained model's (or `model`'s: the reference) log-probabilities of the batch's tokens, without
         gradient ([N, L], on CPU)."""
-        return batch_logprobs(self.model if model is None else model, batch, micro_batch_size=self.settings.micro_batch_size,
+        return batch_logprobs(self.model if model is None else model, batch,
+                              micro_batch_size=self.settings.loss.micro_batch_size,
                               device=self.accelerator.device, autocast=self.accelerator.autocast,
-                              temperature=self.settings.temperature)
+                              temperature=self.settings.rollouts.temperature)
 
     def select(self, batch: SequenceBatch, old_logp: torch.Tensor, step: int) -> tuple[torch.Tensor, dict]:
         """valid[B, T]: turns that exist, in trajectories MRS keeps, not rejected by PRS; and their metrics."""
+        f = self.settings.filters
         metrics = {}
         keep_traj = torch.ones(batch.rewards.shape[0], dtype=torch.bool)
         train_flat, mask = batch.per_trajectory(old_logp)
         rollout_flat, _ = batch.per_trajectory(batch.rollout_logp)
-        keep, mrs_metrics = mismatch_rejection(train_flat, rollout_flat, mask, self.settings.mrs_lower, self.settings.mrs_upper,
-                                               self.settings.mrs_token_veto)
+        keep, mrs_metrics = mismatch_rejection(train_flat, rollout_flat, mask, f.mrs_lower, f.mrs_upper, f.mrs_token_veto)
         metrics.update(mrs_metrics)
-        if self.settings.mrs:
+        if f.mrs:
             keep_traj = keep
         valid = batch.exists & keep_traj[:, None]
-        if self.settings.prs:
+        if f.prs:
             generator = torch.Generator().manual_seed(self._seed(step, 2))
             keep_turn, prs_metrics = profiling_rejection_with_metrics(
-                batch.coverage[batch.exists], batch.correct[batch.exists], self.settings.prs_threshold, self.settings.prs_width, generator,
+                batch.coverage[batch.exists], batch.correct[batch.exists], f.prs_threshold, f.prs_width, generator,
                 hacked=batch.hacked[batch.exists], speedup=batch.speedup[batch.exists],
-                keep_if_speedup=self.settings.prs_keep_if_speedup)
+                keep_if_speedup=f.prs_keep_if_speedup)
             prs_keep = torch.ones_like(valid)
             prs_keep[batch.exists] = keep_turn
             valid &= prs_keep
             metrics.update(prs_metrics)
         return valid, metrics
 
-    def advantages(self, batch: SequenceBatch, valid: torch.Tensor, step: int = 0) -> torch.Tensor:
-        s = self.settings
-        returns = returns_to_go(batch.rewards, batch.exists if s.returns_include_rejected else valid, s.gamma)
-        return batch_advantages(returns, batch.group, valid, s.advantage, std_normalize=s.std_normalize,
-                                generator=torch.Generator().manual_seed(self._seed(step, 3)))
+    def advantages(self, batch: SequenceBatch, valid: torch.Tensor) -> torch.Tensor:
+        loss = self.settings.loss
+        returns = returns_to_go(batch.rewards, batch.exists if loss.returns_include_rejected else valid, loss.gamma)
+        return batch_advantages(returns, batch.group, valid, loss.advantage, std_normalize=loss.std_normalize)
 
     def _global_sum(self, value: float) -> float:
         return float(self.accelerator.reduce(torch.tensor([float(value)], device=self.accelerator.device), "sum"))
@@ -289,7 +291,7 @@ class RLTrainer:
                  ref_logp: torch.Tensor | None = None) -> dict:
         """Mini-batch optimizer steps over the batch (with the KL penalty towards `ref_logp` when given);
         returns local metric sums and the grad norms."""
-        acc = self.accelerator
+        acc, settings = self.accelerator, self.settings.loss
         token_adv = batch.token_values(adv)
         loss_mask = batch.model_mask & (batch.token_values(valid.float()) > 0)
         trained = loss_mask.any(-1)
@@ -297,7 +299,7 @@ class RLTrainer:
         sums = {name: 0.0 for name in ("loss", "entropy", "tokens", *names)}
         grad_norms, forward_tokens = [], 0
         self.model.train()
-        for mini in torch.tensor_split(torch.arange(batch.num_sequences), self.settings.mini_batches):
+        for mini in torch.tensor_split(torch.arange(batch.num_sequences), settings.mini_batches):
             count = self._global_sum(float(trained[mini].sum()))
             if count == 0:
                 continue
@@ -312,11 +314,11 @@ class RLTrainer:
                 with acc.no_sync(self.model) if i < len(micro) - 1 else contextlib.nullcontext():
                     with acc.autocast():
                         logp, entropy = sequence_logprobs(self.model, rows, entropy=True,
-                                                          temperature=self.settings.temperature)
+                                                          temperature=self.settings.rollouts.temperature)
                         loss, m = clipped_policy_loss(
                             logp, old_logp[index][:, cut].to(acc.device), token_adv[index][:, cut].to(acc.device),
-                            mask, eps_low=self.settings.eps_low, eps_high=self.settings.eps_high, dual_clip=self.settings.dual_clip,
-                            num_sequences=count / acc.num_processes, kl_coef=self.settings.kl_coef,
+                            mask, eps_low=settings.eps_low, eps_high=settings.eps_high, dual_clip=settings.dual_clip,
+                            num_sequences=count / acc.num_processes, kl_coef=settings.kl_coef,
                             ref_logp=None if ref_logp is None else ref_logp[index][:, cut].to(acc.device))
                     acc.backward(loss)
                 forward_tokens += int(rows["attention_mask"].sum())
@@ -326,7 +328,7 @@ class RLTrainer:
                 sums["entropy"] += float(masked_mean(entropy, mask)) * tokens
                 for name in names:
                     sums[name] += float(m[name]) * tokens
-            grad_norms.append(float(acc.clip_grad_norm_(self.params, self.settings.grad_clip)))
+            grad_norms.append(float(acc.clip_grad_norm_(self.params, settings.grad_clip)))
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -343,12 +345,12 @@ class RLTrainer:
         started = time.perf_counter()
         rollout = self.last_rollout = self.rollout(step)
         rollout_s = time.perf_counter() - started
-        batch = build_batch(rollout, self.pad_token_id, self.settings.padding_side)
+        batch = build_batch(rollout, self.pad_token_id, self.settings.loss.padding_side)
         train_started = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]  # what this step's (first) optimizer step uses
         old_logp = self.recompute_logprobs(batch)
         valid, filter_metrics = self.select(batch, old_logp, step)
-        adv = self.advantages(batch, valid, step)
+        adv = self.advantages(batch, valid)
         ref_logp = self.recompute_logprobs(batch, self.reference) if self.reference is not None else None
         opt = self.optimize(batch, old_logp, adv, valid, ref_logp)
         training_s = time.perf_counter() - train_started
@@ -356,10 +358,11 @@ class RLTrainer:
         row = step_row(acc, self.state.step, lr, rollout, batch, valid, adv,
                        filter_metrics, opt, {"rollout_s": rollout_s, "training_s": training_s,
                                              "step_s": time.perf_counter() - started})
-        if self.settings.log_dir and acc.is_main_process:
+        s = self.settings
+        if s.log_dir and acc.is_main_process:
             if self.log is None:
-                self.log = RunLog(self.settings.log_dir, wandb=self.settings.wandb, wandb_project=self.settings.wandb_project,
-                                  wandb_mode=self.settings.wandb_mode, wandb_run_name=self.settings.wandb_run_name, settings=self.settings.to_dict())
+                self.log = RunLog(s.log_dir, wandb=s.wandb, wandb_project=s.wandb_project, wandb_mode=s.wandb_mode,
+                                  wandb_run_name=s.wandb_run_name, settings=s.to_dict())
             self.log.write(row)
         if self.settings.log_dir and self.settings.save_rollouts:
             suffix = f"_rank{acc.process_index}" if acc.num_processes > 1 else ""

@@ -31,9 +31,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from drk_lab.common.models import harness_version
 from drk_lab.harness.task import BUILTIN_DIR, Task, TaskError, load_task, task_from_source
 from drk_lab.service.jobs import JobRunner
-from drk_lab.harness.models import harness_version
 
 MAX_CODE_CHARS = 256 * 1024  # a candidate's source
 MAX_TASK_CHARS = 256 * 1024  # a task's source

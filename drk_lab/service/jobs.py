@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from drk_lab.harness.models import harness_version
+from drk_lab.common.models import harness_version
 from drk_lab.harness.result import EvalResult
 from drk_lab.harness.task import Task, task_from_source
 from drk_lab.service.store import Store, result_key

@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from drk_lab.harness.models import harness_version
+from drk_lab.common.models import harness_version
 from drk_lab.harness.result import EvalResult
 
 SCHEMA = """

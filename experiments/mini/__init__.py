@@ -1,0 +1,1 @@
+"""The mini Dr. Kernel run: settings (and config/ recipes), texts, model, run.py, report."""
