@@ -389,10 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if "drk_lab.harness.caller" in sys.modules:  # end every worker before exiting
             sys.modules["drk_lab.harness.caller"].shutdown()
-        print(f"drk {args.command}: interrupted", file=sys.stderr)
+        print(f"drk {args.command}: interrupted", file=sys.stderr, flush=True)
         if argv is None:  # the command itself: nothing is left to tear down, and torch's teardown takes seconds
             sys.stdout.flush()
-            sys.stderr.flush()
             os._exit(130)
         return 130
 

@@ -6,7 +6,7 @@ worker forgets the job (its modules, folder, environment, Triton hooks, the cach
 names) and compares: the contents of everything mutable that any module reaches (world.Contents: dicts,
 lists, sets, classes, instances, functions' code, defaults and closures, by identity), the modules
 themselves, torch's dispatcher, autocast, default dtype and device and allocator settings
-(world.registries), numerics flags, grad modes, torch function and dispatch modes, tracing and
+(registries.py), numerics flags, grad modes, torch function and dispatch modes, tracing and
 profiling hooks, signal handlers, environment, threads, child processes, open files, mapped native
 libraries (only Triton's own cache may add some), CUDA memory, the current stream, and a kernel that
 must still run and give the right answer. Any difference, or any doubt, retires it.
@@ -29,7 +29,8 @@ import time
 import torch
 
 from drk_lab.hacks import runtime_checks
-from drk_lab.harness.world import Contents, registries, registry_differences
+from drk_lab.harness.registries import registries, registry_differences
+from drk_lab.harness.world import Contents
 
 # Triton (3.6) loads each kernel's C launcher as an extension module under this one name, a new module
 # object every time: where it was loaded from is checked among the mapped native libraries

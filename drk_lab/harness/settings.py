@@ -96,6 +96,11 @@ def cache_dir() -> Path:
     return root
 
 
+def triton_store() -> str:
+    """Triton's cache that jobs read but never write (triton_cache.py)."""
+    return str(cache_dir() / "triton")
+
+
 def read_only_paths() -> tuple[str, ...]:
     """What a worker may read but never write once it has warmed up: the cache, and settings.read_only."""
     extra = _current.read_only.split(os.pathsep) if _current.read_only else []

@@ -21,7 +21,7 @@ from drk_lab.common.processes import folder_bytes, kill_tree, leftover_processes
 from drk_lab.harness.devices import gpu_index
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.protocol import MAX_LOCK_WAIT_S, Job, RawResult, encode, new_key, pop_message
-from drk_lab.harness.settings import cache_dir, current
+from drk_lab.harness.settings import current, triton_store
 
 OUTPUT_KEEP = 8192  # bytes kept from the start and from the end of what the candidate prints
 FATAL_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
@@ -264,18 +264,13 @@ def build_launcher(signature: str) -> str | None:
     return build(signature)
 
 
-def shared_store() -> str:
-    """Triton's cache that jobs read but never write (triton_cache.py)."""
-    return str(cache_dir() / "triton")
-
-
 def new_workdir(job: Job) -> None:
     """The job's folder, with its files, and its own compile caches in it (Triton's, and inductor's for a
     baseline job that runs torch.compile): no job's compiles are read by another job."""
     job.workdir = tempfile.mkdtemp(prefix="drk_eval_")
     job.write_files()
     job.env.update({"TRITON_CACHE_DIR": os.path.join(job.workdir, JOB_TRITON_CACHE),
-                    "TRITON_CACHE_MANAGER": TRITON_MANAGER, "DRK_TRITON_SHARED": shared_store(),
+                    "TRITON_CACHE_MANAGER": TRITON_MANAGER, "DRK_TRITON_SHARED": triton_store(),
                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(job.workdir, "inductor_cache")})
 
 

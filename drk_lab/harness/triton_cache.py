@@ -23,7 +23,7 @@ import os
 
 from triton.runtime.cache import FileCacheManager
 
-from drk_lab.harness.supervisor import shared_store
+from drk_lab.harness.settings import triton_store
 
 # (status_fd, reply_fd) of the job being run: how the worker asks its supervisor; None between jobs. A
 # request is an unsigned line of its own (protocol.LAUNCHER): it can only ever make the supervisor build
@@ -89,7 +89,7 @@ def ask_supervisor(signature: str) -> str | None:
         path = json.loads(read_line(reply_fd) or b"{}").get("launcher")
     except ValueError:
         return None
-    shared = os.path.realpath(shared_store()) + os.sep
+    shared = os.path.realpath(triton_store()) + os.sep
     return path if isinstance(path, str) and os.path.realpath(path).startswith(shared) and os.path.isfile(path) \
         else None
 
@@ -106,7 +106,7 @@ def build_launcher(signature_text) -> str | None:
     except Exception:
         return None
     old = {name: os.environ.get(name) for name in ("TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER")}
-    os.environ["TRITON_CACHE_DIR"] = shared_store()
+    os.environ["TRITON_CACHE_DIR"] = triton_store()
     os.environ.pop("TRITON_CACHE_MANAGER", None)
     try:
         module = driver.compile_module_from_src(src=src, name="__triton_launcher", library_dirs=driver.library_dirs(),
