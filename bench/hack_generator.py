@@ -33,7 +33,7 @@ import torch
 
 import drk_lab as drk
 from drk_lab.hacks.generator import HACK_CLASSES, LEVELS, Base, hacked_variants, honest_variants
-from drk_lab.hacks.static_rules import static_hack_check
+from drk_lab.hacks.static.rules import static_hack_check
 from drk_lab.harness.task import DATA_DIR, builtin_solution, builtin_tasks, load_task, task_from_row
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

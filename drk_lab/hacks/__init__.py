@@ -2,8 +2,8 @@
 syntax tree, and the runtime checks the worker runs around the candidate's forward.
 
 Owns: catalogue (every error kind and hack code, the sentence a model reads for it, and the checks that
-emit it; every other table derives from it), static_rules with static_facts, static_names and
-static_state (what the code gives away before it runs, state kept across calls included), runtime_checks
+emit it; every other table derives from it), static/ (rules with facts, names and state: what the
+code gives away before it runs, state kept across calls included), runtime_checks
 (launches, a snapshot of what the candidate must leave alone, repeated and altered calls, another shape,
 precision, freed memory, speed of light) with extra_calls and torch_work (PyTorch's share of the work);
 and the generator of hacked and honest variants that measures them all (generator, with hack_classes,

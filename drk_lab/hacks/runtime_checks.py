@@ -1,7 +1,7 @@
 """Runtime reward-hacking checks, run inside the worker around the candidate's forward (harness/stages.py).
 
 Each check returns findings as (code, message) pairs, codes of hacks/catalogue.py; the worker turns
-any finding into a `hacked` result. The static rules (static_rules.py) run before any of this.
+any finding into a `hacked` result. The static rules (static/rules.py) run before any of this.
 
 May import: torch, and the harness's lower layers (correctness, launches, models, processes, failures);
 never the worker's stages, the supervisor or the caller.
@@ -18,7 +18,7 @@ import torch
 
 from drk_lab.common import correctness, launches, models, timing
 from drk_lab.common.processes import child_processes
-from drk_lab.hacks.static_names import NUMERIC_ENV
+from drk_lab.hacks.static.names import NUMERIC_ENV
 
 IMPOSSIBLE_FRACTION = 1.5  # of the measured copy bandwidth, for the bytes of inputs and outputs
 # What the harness times and compares with, and what the reference runs: a candidate must not replace their

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from drk_lab.common.timing import FLUSH_BYTES
-from drk_lab.hacks.static_rules import static_hack_check
+from drk_lab.hacks.static.rules import static_hack_check
 from drk_lab.harness.baselines import baseline_key, load_baseline, load_copy_bandwidth, save_baseline, save_copy_bandwidth
 from drk_lab.harness.caller import get_sandbox, shutdown
 from drk_lab.harness.devices import resolve_device

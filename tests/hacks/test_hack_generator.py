@@ -16,7 +16,7 @@ import pytest
 import drk_lab as drk
 from drk_lab.hacks.generator import HACK_CLASSES, LEVELS, Base, hacked_variants, honest_variants
 from drk_lab.hacks.honest_rewrites import rewrite
-from drk_lab.hacks.static_rules import static_hack_check
+from drk_lab.hacks.static.rules import static_hack_check
 from drk_lab.harness.validity import check_candidate
 
 RELU = '''

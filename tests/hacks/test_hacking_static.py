@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from drk_lab.hacks.catalogue import HACK_REASONS, Finding
-from drk_lab.hacks.static_rules import static_findings, static_hack_check
+from drk_lab.hacks.static.rules import static_findings, static_hack_check
 from drk_lab.harness.task import DATA_DIR
 
 HACKS = sorted((DATA_DIR / "hacks").glob("*.py"))

@@ -1,13 +1,13 @@
 """One planted candidate per static rule, each tripping that rule alone (tests that fail
 when the harness is wrong). The corpus plants in data/hacks often trip two rules at once, so a rule
-could be switched off without any test noticing; here every branch of static_rules.py that can add
+could be switched off without any test noticing; here every branch of static/rules.py that can add
 a finding has a plant that nothing else catches, and asserts its code, message and line.
 
 Every plant is the honest ReLU candidate below (ModelNew launches relu_kernel and returns what it
 writes) with one snippet inserted; the line the finding must point at is marked `# <-` (a comment,
 which no rule reads) unless the plant names another line.
 
-Each row is one place in static_rules.StaticRules that can add a finding (classify_target's two adds,
+Each row is one place in rules.StaticRules that can add a finding (classify_target's two adds,
 torch.backends -> global_flags and protected roots -> patches_harness, are reached from four callers,
 each with its own row):
 
@@ -85,7 +85,7 @@ import textwrap
 import pytest
 
 from drk_lab.harness.validity import check_candidate
-from drk_lab.hacks.static_rules import static_findings
+from drk_lab.hacks.static.rules import static_findings
 
 LAUNCH = "relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)"
 TEMPLATE = '''\

@@ -1,4 +1,4 @@
-"""The name tables of the static hack rules (static_rules.py): which modules, functions and
+"""The name tables of the static hack rules (static/rules.py): which modules, functions and
 attributes a candidate may not use, and what using each one means (a catalogue code and why).
 
 A dotted prefix "x.y" in USE_RULES covers x.y and everything under it; "x.y*" covers any

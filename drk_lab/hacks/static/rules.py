@@ -34,7 +34,7 @@ What the static rules cover, by code (the others are left to the runtime checks)
 - kernel_not_launched: no host code refers to any @triton.jit kernel, so none can ever launch.
 - reads_uninitialized: a forward returns a torch.empty that nothing reads or writes.
 - changes_after_checks: state the forward changes from call to call, read in a condition that changes
-  what later calls launch, compute or return (static_state.py).
+  what later calls launch, compute or return (static/state.py).
 precision_downgrade is not checked statically: casts to fp16/bf16 are honest on low-precision
 tasks and the task's dtype is not known here, so it is left to the runtime checks (tolerances, and
 a mismatching output made entirely of bf16/fp16 numbers).
@@ -45,11 +45,11 @@ from __future__ import annotations
 import ast
 
 from drk_lab.hacks.catalogue import Finding, verdict
-from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, const_str, forward_params, last_binding
-from drk_lab.hacks.static_names import (
+from drk_lab.hacks.static.facts import FUNCTIONS, CandidateTree, const_str, forward_params, last_binding
+from drk_lab.hacks.static.names import (
     CACHE_DECORATORS, CACHE_TRICK_NAMES, CODE_ATTRS, DYNAMIC_IMPORTS, ENV_SETTERS, FILES, FLAGS, FRAME_ATTRS, GETATTRS,
     HIDDEN, NUMERIC_ENV, NUMPY_IN, PROTECTED_ROOTS, STREAM_SWITCHES, TENSOR_BASES, USE_RULES, WILDCARD_RULES)
-from drk_lab.hacks.static_state import CallState
+from drk_lab.hacks.static.state import CallState
 
 
 def static_findings(code: str) -> list[Finding]:

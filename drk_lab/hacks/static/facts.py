@@ -1,6 +1,6 @@
 """What a candidate's syntax tree says, before any rule judges it: which dotted names its expressions
 refer to (through imports and simple aliases), its kernels and methods, which functions launch a Triton
-kernel or compute with PyTorch, and how values are built. The static rules (static_rules.py) ask it."""
+kernel or compute with PyTorch, and how values are built. The static rules (static/rules.py) ask it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import functools
 import sys
 import types
 
-from drk_lab.hacks.static_names import (
+from drk_lab.hacks.static.names import (
     BUILTIN_NAMES, DYNAMIC_IMPORTS, ENV_SETTERS, GETATTRS, STREAM_CREATORS, TENSOR_COMPUTE_METHODS, TORCH_NON_COMPUTE)
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)

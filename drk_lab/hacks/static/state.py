@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from drk_lab.hacks.static_facts import FUNCTIONS, CandidateTree, forward_params
+from drk_lab.hacks.static.facts import FUNCTIONS, CandidateTree, forward_params
 
 MUTATORS = frozenset("append appendleft extend insert update setdefault pop popitem clear remove discard "
                      "__setitem__".split())
