@@ -12,7 +12,6 @@ import triton.language as tl
 
 from drk_lab.common import correctness, models
 from drk_lab.common.gpu_clocks import clock_state
-from drk_lab.harness.devices import wait_by_blocking
 from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.profiler import new_profile
 from drk_lab.harness.settings import current

@@ -187,7 +187,7 @@ def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, re
     assert not (tmp_path / "log" / "wandb").exists()  # no wandb run unless asked for (it writes there)
     saved = json.loads((tmp_path / "ckpt" / "step_000001" / "trainer.json").read_text())
     assert saved["step"] == 1
-    assert saved["settings"]["samples"] == 2 and saved["settings"]["betas"] == [0.9, 0.999]
+    assert saved["settings"]["rollouts"]["samples"] == 2 and saved["settings"]["loss"]["betas"] == [0.9, 0.999]
     assert "force_responses" not in saved["settings"] and "accelerator" not in saved["settings"]
 
     resumed = RLTrainer(str(tiny_path), [relu_small],
