@@ -275,7 +275,8 @@ def outcome_chart(rows: list[dict], title: str = "How the replies ended") -> go.
     fig = go.Figure()
     for i, kind in enumerate(kinds):
         counts = [row.get(kind, 0) for row in rows]
-        fig.add_bar(x=names, y=[c / t for c, t in zip(counts, totals)], name=kind, marker_color=_color(i),
+        color = _color(i) if len(kinds) <= len(COLORS) else qualitative.Dark24[i % 24]  # no two kinds alike
+        fig.add_bar(x=names, y=[c / t for c, t in zip(counts, totals)], name=kind, marker_color=color,
                     customdata=counts, hovertemplate=kind + ": %{customdata} (%{y:.0%})<extra></extra>")
     fig.update_layout(title=title, barmode="stack", yaxis={"title": "share of replies", "tickformat": ".0%"})
     return fig

@@ -80,11 +80,12 @@ def outcome(result: EvalResult) -> str:
 
 def candidate_outcomes(rows) -> list[dict]:
     """Quickstart rows (label, task, result, expected) -> per kind of candidate (the built-in solutions, the
-    planted broken variants, the planted cheats) the count of each outcome, as plots.outcome_chart takes them."""
+    planted variants: broken code and a few correct ones, the planted cheats) the count of each outcome, as
+    plots.outcome_chart takes them."""
     counts: dict[str, dict] = {}
     for label, _, result, expected in rows:
         kind = "solutions" if label == "solution" else \
-            ("planted cheats" if expected in ("hacked", "known gap") else "planted broken code")
+            ("planted cheats" if expected in ("hacked", "known gap") else "planted variants")
         row = counts.setdefault(kind, {"checkpoint": kind})
         row[outcome(result)] = row.get(outcome(result), 0) + 1
     return list(counts.values())

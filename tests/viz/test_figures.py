@@ -65,7 +65,7 @@ def test_the_cpus_stand_ins_for_speedups():
     cheat = EvalResult(compiled=True, correct=True, hacked=True, hack_reasons=["timing_hack"])
     rows = [("solution", None, ok, "ok"), ("variant:a", None, bad, "mismatch"), ("variant:b", None, cheat, "hacked")]
     assert tables.candidate_outcomes(rows) == [{"checkpoint": "solutions", "correct": 1},
-                                               {"checkpoint": "planted broken code", "mismatch": 1},
+                                               {"checkpoint": "planted variants", "mismatch": 1},
                                                {"checkpoint": "planted cheats", "hacked": 1}]
     episodes = [Trajectory("a", "p", turns=[turn(0, bad, 0.0), turn(1, ok, 1.0)]),
                 Trajectory("b", "p", turns=[turn(0, ok, 1.0), turn(1, bad, 0.0)])]
