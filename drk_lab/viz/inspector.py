@@ -107,7 +107,7 @@ def render_html(view: dict) -> str:
 
 def turn_figure(trajectory: Trajectory, index: int) -> go.Figure:
     """Speedup, coverage and reward across the trajectory's turns, the turn at `index` marked."""
-    fig = turn_chart([trajectory])
+    fig = turn_chart([trajectory], leave_out_flat=False)
     fig.add_vline(x=index + 1, line_dash="dot", line_color="red", row="all", col=1)
     fig.update_layout(title=f"turn {index + 1} of {len(trajectory.turns)}", height=480, showlegend=False,
                       margin={"t": 60, "b": 30})

@@ -98,7 +98,7 @@ class LiveTable:
         return f'<table class="drk-live"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
     def figure(self):
-        fig = run_curves(self.rows, self.keys, smooth=self.smooth)
+        fig = run_curves(self.rows, self.keys, smooth=self.smooth, leave_out_flat=False)
         fig.update_layout(title=f"Training curves, {len(self.rows)} steps")
         return fig
 

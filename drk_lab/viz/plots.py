@@ -1,7 +1,7 @@
 """Plotly figures of results, trajectories and run logs, and save_figure (HTML always, PNG when it can).
 
     fig = speedup_chart([("relu", result), ("gelu", other)])
-    save_figure(fig, "speedups")                   # figures/speedups.html and figures/speedups.png
+    save_figure(fig, "speedups")                   # runs/figures/speedups.html and .png (ignored by git)
 
 Every function returns a plotly.graph_objects.Figure; show it by leaving it last in a notebook cell.
 Speedups count only when the kernel is correct, not hacked and timed (agent.metrics.valid_speedup): a
@@ -49,8 +49,51 @@ def why_untimed(result) -> str:
     return note if len(note) <= 60 else note[:57] + "..."
 
 
-def _titled(title: str, note: str | None) -> str:
-    return f"{title}<br><sup>{note}</sup>" if note else title
+def _titled(title: str, note: str | None, width: int = 110) -> str:
+    """The title with a subtitle under it, long subtitles in several lines (_wrap)."""
+    return title + "".join(f"<br><sup>{piece}</sup>" for piece in _wrap(note, width)) if note else title
+
+
+def about_line(run=None, model=None, card=None, baseline=None, n=None) -> str:
+    """What a figure shows, in one subtitle line: "run R · model M · card C · baseline B · n N" (the parts
+    given; the index of figures and the README captions use the same words)."""
+    parts = [("run", run), ("model", model), ("card", card), ("baseline", baseline), ("n", n)]
+    return " · ".join(f"{name} {value}" for name, value in parts if value not in (None, ""))
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """A long subtitle line in pieces of at most about `width` characters, broken at " · ", then "; ", then ", "."""
+    if len(line) <= width:
+        return [line]
+    for sep in (" · ", "; ", ", "):
+        parts = line.split(sep)
+        if len(parts) == 1:
+            continue
+        out = [parts[0]]
+        for part in parts[1:]:
+            if len(out[-1]) + len(sep) + len(part) <= width:
+                out[-1] += sep + part
+            else:
+                out.append(part)
+        return out if sep == ", " else [piece for p in out for piece in _wrap(p, width)]
+    return [line]
+
+
+def describe(fig: go.Figure, *lines: str, width: int = 110) -> go.Figure:
+    """Adds subtitle lines under the figure's title (about_line's, or any other; long ones wrapped at about
+    `width` characters) and room for them."""
+    lines = [piece for line in lines if line for piece in _wrap(line, width)]
+    if lines:
+        text = (fig.layout.title.text or "") + "".join(f"<br><sup>{x}</sup>" for x in lines)
+        fig.update_layout(title_text=text, margin_t=70 + 22 * text.count("<br>"), title_y=1.0, title_yanchor="top",
+                          title_pad_t=16)
+    return fig
+
+
+def _flat(values) -> bool:
+    """No values, or all the same: a panel with nothing to read in it."""
+    values = [v for v in values if v is not None]
+    return not values or max(values) - min(values) <= 1e-12 * max(1.0, abs(values[0]))
 
 
 def speedup_chart(rows) -> go.Figure:
@@ -83,9 +126,19 @@ def _turn_value(turn, metric: str):
     return _field(turn.result, metric)
 
 
-def turn_chart(trajectories, metrics=("speedup", "coverage", "reward")) -> go.Figure:
+def turn_chart(trajectories, metrics=("speedup", "coverage", "reward"), leave_out_flat: bool = True) -> go.Figure:
     """One line per trajectory ("task#sample") across its turns, one subplot per metric ("reward" or any
-    EvalResult field; speedups only where valid, so failed turns are gaps)."""
+    EvalResult field; speedups only where valid, so failed turns are gaps). A metric with no values, or with
+    one value in every turn of every trajectory (a single trajectory's coverage of 1.0), gets no subplot: the
+    subtitle names it and its value (unless leave_out_flat is False: the inspector keeps its panels)."""
+    left_out, drawn = [], []
+    for metric in metrics:
+        values = [v for traj in trajectories for v in (_turn_value(t, metric) for t in traj.turns) if v is not None]
+        if not leave_out_flat or not _flat(values):
+            drawn.append(metric)
+        else:
+            left_out.append(f"{metric} {values[0]:.3g} in every turn" if values else f"{metric} (none)")
+    metrics = drawn or list(metrics)[:1]
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, subplot_titles=list(metrics),
                         vertical_spacing=0.08)
     for i, traj in enumerate(trajectories):
@@ -95,7 +148,8 @@ def turn_chart(trajectories, metrics=("speedup", "coverage", "reward")) -> go.Fi
                             name=f"{traj.task}#{traj.sample}", legendgroup=f"{i}", showlegend=row == 1,
                             line_color=_color(i), row=row, col=1)
     fig.update_xaxes(title_text="turn", dtick=1, row=len(metrics), col=1)
-    fig.update_layout(title="Per-turn metrics", height=max(300, 220 * len(metrics)))
+    note = f"not drawn: {'; '.join(left_out)}" if left_out else None
+    fig.update_layout(title=_titled("Per-turn metrics", note), height=max(300, 220 * len(metrics)))
     return fig
 
 
@@ -120,27 +174,38 @@ def _add_curve(fig, rows, key, place, color, name, smooth, showlegend) -> int:
     return len(values)
 
 
-def run_curves(rows: list[dict], keys, smooth: float = 0.6) -> go.Figure:
+def run_curves(rows: list[dict], keys, smooth: float = 0.6, leave_out_flat: bool = True) -> go.Figure:
     """Run-log rows -> one subplot per key: raw points faint and their exponential moving average
-    (diagnostics.smooth with alpha=smooth). Keys the log lacks say so in their subplot title."""
-    return compare_runs({"run": rows}, keys, smooth, title="Training curves")
+    (diagnostics.smooth with alpha=smooth). Keys the log lacks, or that never change, as compare_runs."""
+    return compare_runs({"run": rows}, keys, smooth, title="Training curves", leave_out_flat=leave_out_flat)
 
 
-def compare_runs(runs: dict, keys, smooth: float = 0.6, title: str = "Runs compared") -> go.Figure:
-    """Several runs ({name: run-log rows}) on the same subplots, one color per run (ablations)."""
+def compare_runs(runs: dict, keys, smooth: float = 0.6, title: str = "Runs compared",
+                 leave_out_flat: bool = True) -> go.Figure:
+    """Several runs ({name: run-log rows}) on the same subplots, one color per run (ablations). Keys that no
+    run logged, or that stay at one value in every run (a filter that never fired), get no subplot: the
+    subtitle names them. With leave_out_flat=False (live curves, filling step by step) every key keeps its
+    panel, "(no data)" in the title of those with none yet."""
     keys = list(keys)
-    fig, places = _grid(keys)
-    empty = set(keys)
+    no_data = [k for k in keys if not any(diagnostics.series(rows, k)[1] for rows in runs.values())]
+    flat = [k for k in keys if k not in no_data and
+            _flat([v for rows in runs.values() for v in diagnostics.series(rows, k)[1]])]
+    if not leave_out_flat:
+        flat = []
+    drawn = [k for k in keys if k not in flat and (k not in no_data or not leave_out_flat)] or keys[:1]
+    fig, places = _grid(drawn)
     for i, (name, rows) in enumerate(runs.items()):
-        for k, (key, place) in enumerate(zip(keys, places)):
-            if _add_curve(fig, rows, key, place, _color(i), name, smooth, showlegend=k == 0 and len(runs) > 1):
-                empty.discard(key)
+        for k, (key, place) in enumerate(zip(drawn, places)):
+            _add_curve(fig, rows, key, place, _color(i), name, smooth, showlegend=k == 0 and len(runs) > 1)
     for annotation in fig.layout.annotations:
-        if annotation.text in empty:
+        if annotation.text in no_data:
             annotation.text += " (no data)"
+    constant = {k: next(v for rows in runs.values() for v in diagnostics.series(rows, k)[1]) for k in flat}
+    left_out = [f"{k} (always {v:.3g})" for k, v in constant.items()] + \
+        [f"{k} (not logged)" for k in no_data if k not in drawn]
     fig.update_xaxes(title_text="step")
     fig.update_layout(title=_titled(title, f"faint: raw, line: moving average (smooth={smooth:g})"))
-    return fig
+    return describe(fig, f"not drawn: {', '.join(left_out)}" if left_out else "")
 
 
 def speedup_histogram(results, key: str = "speedup", bins: int = 30) -> go.Figure:
@@ -187,6 +252,20 @@ def fast_p_chart(table_rows: list[dict], ps=None) -> go.Figure:
     return fig
 
 
+def correct_chart(rows: list[dict], title: str = "Correct kernels per turn") -> go.Figure:
+    """tables.correct_per_turn's rows: the share of episodes with a correct kernel at each turn (solid) and
+    at some turn so far (dashed); on a CPU, where nothing is timed, what stands in for Fast@p."""
+    turns = [row["turn"] for row in rows]
+    fig = go.Figure()
+    fig.add_scatter(x=turns, y=[row["correct"] for row in rows], mode="lines+markers", name="correct at this turn",
+                    line_color=_color(0))
+    fig.add_scatter(x=turns, y=[row["best_correct"] for row in rows], mode="lines", name="correct at some turn so far",
+                    line={"color": _color(0), "dash": "dash"})
+    fig.update_layout(title=title, xaxis={"title": "turn", "dtick": 1},
+                      yaxis={"title": "share of episodes", "tickformat": ".0%", "range": [0, 1.02]})
+    return fig
+
+
 def outcome_chart(rows: list[dict], title: str = "How the replies ended") -> go.Figure:
     """Stacked bars, one per row ({"checkpoint": name, outcome: count, ...}, as mini_drkernel.outcome_rows
     gives them): each outcome's share of that checkpoint's replies, "correct" first."""
@@ -196,7 +275,8 @@ def outcome_chart(rows: list[dict], title: str = "How the replies ended") -> go.
     fig = go.Figure()
     for i, kind in enumerate(kinds):
         counts = [row.get(kind, 0) for row in rows]
-        fig.add_bar(x=names, y=[c / t for c, t in zip(counts, totals)], name=kind, marker_color=_color(i),
+        color = _color(i) if len(kinds) <= len(COLORS) else qualitative.Dark24[i % 24]  # no two kinds alike
+        fig.add_bar(x=names, y=[c / t for c, t in zip(counts, totals)], name=kind, marker_color=color,
                     customdata=counts, hovertemplate=kind + ": %{customdata} (%{y:.0%})<extra></extra>")
     fig.update_layout(title=title, barmode="stack", yaxis={"title": "share of replies", "tickformat": ".0%"})
     return fig
@@ -239,9 +319,13 @@ def figure_output(fig: go.Figure) -> tuple[dict]:
     return ({"output_type": "display_data", "data": figure_bundle(fig), "metadata": {}},)
 
 
-def save_figure(fig: go.Figure, name: str, folder: str | Path = "figures") -> list[Path]:
+OUTPUT_DIR = "runs/figures"  # where notebooks' figures go: ignored by git, so re-running one leaves the tree clean
+
+
+def save_figure(fig: go.Figure, name: str, folder: str | Path = OUTPUT_DIR) -> list[Path]:
     """Writes folder/name.html and folder/name.png (kaleido, which needs Chrome or Chromium); a relative
-    folder is the repository's (notebooks run from notebooks/). The HTML loads plotly.js from the one copy in
+    folder is the repository's (notebooks run from notebooks/). The default, runs/figures/, is ignored by
+    git; the committed figures (figures/, data/runs/*/figures/) are drawn by experiments/figures.py. The HTML loads plotly.js from the one copy in
     the repository's figures/ (written there once; outside the repository, a copy beside the file), so it
     shows offline, and its div id is the figure's name, so writing the same figure again changes nothing.
     When the PNG cannot be made it prints why and returns only the HTML path; it never raises for that. A

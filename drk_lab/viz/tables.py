@@ -71,3 +71,34 @@ def rows_frame(rows: list[dict], columns: list[str] | None = None) -> pd.DataFra
 def whole(frame: pd.DataFrame):
     """The frame with every row shown (pandas cuts long frames to their first and last rows)."""
     return frame.style.hide(axis="index")
+
+
+def outcome(result: EvalResult) -> str:
+    """One word for how an evaluation ended: correct, hacked, or the harness's error kind."""
+    return "hacked" if result.hacked else (result.error_kind or ("correct" if result.correct else "wrong"))
+
+
+def candidate_outcomes(rows) -> list[dict]:
+    """Quickstart rows (label, task, result, expected) -> per kind of candidate (the built-in solutions, the
+    planted variants: broken code and a few correct ones, the planted cheats) the count of each outcome, as
+    plots.outcome_chart takes them."""
+    counts: dict[str, dict] = {}
+    for label, _, result, expected in rows:
+        kind = "solutions" if label == "solution" else \
+            ("planted cheats" if expected in ("hacked", "known gap") else "planted variants")
+        row = counts.setdefault(kind, {"checkpoint": kind})
+        row[outcome(result)] = row.get(outcome(result), 0) + 1
+    return list(counts.values())
+
+
+def correct_per_turn(trajectories) -> list[dict]:
+    """Per turn: the episodes that reached it, the share with a correct (not hacked) kernel at that turn and
+    the share correct at some turn so far; what a CPU can show of a policy (nothing is timed there)."""
+    rows, best = [], {}
+    for turn in range(max((len(t.turns) for t in trajectories), default=0)):
+        reached = [t for t in trajectories if len(t.turns) > turn]
+        ok = {id(t) for t in reached if t.turns[turn].result.correct and not t.turns[turn].result.hacked}
+        best.update({k: True for k in ok})
+        rows.append({"turn": turn + 1, "episodes": len(reached), "correct": len(ok) / max(len(reached), 1),
+                     "best_correct": len(best) / max(len(trajectories), 1)})
+    return rows

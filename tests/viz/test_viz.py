@@ -80,7 +80,8 @@ def test_turn_chart_one_line_per_trajectory_and_metric():
 
 
 def log(n=10, **extra):
-    return [{"step": s, "reward_mean": 0.1 * s, "entropy": 1.0 if s != 4 else None, **extra} for s in range(1, n + 1)]
+    return [{"step": s, "reward_mean": 0.1 * s, "entropy": 1.0 + 0.01 * s if s != 4 else None, **extra}
+            for s in range(1, n + 1)]
 
 
 def test_run_curves_raw_and_smoothed():
@@ -89,8 +90,8 @@ def test_run_curves_raw_and_smoothed():
     assert list(raw.x) == list(range(1, 11)) and raw.opacity == 0.25
     assert list(smoothed.y[:3]) == pytest.approx([0.1, 0.15, 0.225])
     assert len(fig.data[2].x) == 9  # entropy's None at step 4 is skipped
-    assert len(fig.data) == 4 and [a.text for a in fig.layout.annotations] == \
-        ["reward_mean", "entropy", "grad_norm (no data)"]
+    assert len(fig.data) == 4 and [a.text for a in fig.layout.annotations] == ["reward_mean", "entropy"]
+    assert "not drawn: grad_norm (not logged)" in fig.layout.title.text  # a key never logged gets no panel
 
 
 def test_compare_runs_one_color_per_run():
@@ -235,8 +236,8 @@ def test_live_table_prints_a_line_per_step_outside_a_notebook(capsys):
     for row in log(3):
         live.callback(row)
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["step 1 | reward_mean 0.1 | entropy 1", "step 2 | reward_mean 0.2 | entropy 1",
-                     "step 3 | reward_mean 0.3 | entropy 1"]
+    assert lines == ["step 1 | reward_mean 0.1 | entropy 1.01", "step 2 | reward_mean 0.2 | entropy 1.02",
+                     "step 3 | reward_mean 0.3 | entropy 1.03"]
     every_other = LiveTable(["reward_mean"], every=2)
     for row in log(4):
         every_other.update(row)
