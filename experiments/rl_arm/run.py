@@ -66,20 +66,21 @@ def sampler_state(settings, count: int) -> dict:
     return {"kind": a.kind, "source": source, "items": count, "per_step": per_step, "seed": a.seed}
 
 
-def open_arm(settings, force_responses=None):
-    """(trainer, sampler, items) with the state of the run folder loaded when there is one."""
+def open_arm(settings, force_responses=None, with_items: bool = True):
+    """(trainer, sampler, items) with the state of the run folder loaded when there is one (`with_items`
+    False: an evaluation's, which needs no control rows and no sampler check)."""
     from drk_lab.rl.checkpoint import load_state, read_manifest
     from drk_lab.rl.packed_model import load_packed
     from experiments.rl_arm.arm import build_trainer
 
     model, tokenizer = load_packed(resolve(settings.model.packed))
     tasks = [task for _, task in load_tasks(settings.rollouts.prompts)]
-    items = tasks if settings.arm.kind == "rl" else sft_conversations(settings, tokenizer)
+    items = tasks if settings.arm.kind == "rl" or not with_items else sft_conversations(settings, tokenizer)
     trainer = build_trainer(settings, model, tokenizer, tasks, force_responses=force_responses)
     sampler = sampler_state(settings, len(items))
     state = resolve(settings.arm.run) / "state"
     if read_manifest(state) is not None:
-        load_state(trainer, state, sampler)
+        load_state(trainer, state, sampler if with_items else None)
     return trainer, sampler, items
 
 

@@ -22,10 +22,11 @@ class ModelSettings:
     packed: str = "data/models/mini_sft.safetensors"
     # a LoRA adapter on every linear layer, attention and MLP ("all-linear": q, k, v, o, gate, up, down); RL
     # moves few bits per episode and LoRA matches full fine-tuning for policy gradients at small ranks with
-    # about 10x the learning rate (LoRA Without Regret, Thinking Machines 2025). Rank 8 keeps the state
-    # (adapter + Adam moments) near 7.5 MB, committed after every call
-    lora_r: int = 8
-    lora_alpha: int = 16
+    # about 10x the learning rate (LoRA Without Regret, Thinking Machines 2025, whose alpha of 32 is kept). Rank 4
+    # keeps the state (adapter + Adam moments) near 3.7 MB: it is committed after every call, and the tree sent
+    # to the GPU (64 MiB) also holds the packed SFT model (about 29 MB) beside the repository's 28 MB
+    lora_r: int = 4
+    lora_alpha: int = 32
     max_new_tokens: int = 1792
     max_context_tokens: int = 6144
     feedback_tokens: int = 512
@@ -85,6 +86,8 @@ class EvalPart:
     turns: int = 2
     correctness_trials: int = 2
     rl_data: str = "data/rl/prompts.jsonl.gz"
+    # the SFT model's records that a step is paired with (None: this run's eval/sft.jsonl, made at step 0)
+    sft_records: str | None = None
 
 
 @dataclass(frozen=True)

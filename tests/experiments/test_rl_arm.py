@@ -91,24 +91,28 @@ def rows_of(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "log" / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.timeout(1500)
 def test_steps_straight_equal_steps_resumed_in_a_fresh_process(packed, prompts, tmp_path):
+    """N = 2 on a shared two-core machine (a step is half a minute of the interpreter); the warm-up spans the
+    first step, so the second runs at another learning rate, from the reloaded scheduler."""
     straight, halves = tmp_path / "straight", tmp_path / "halves"
-    no_stop = "arm.eval_every=0"
-    done = child(tmp_path, ["smoke"], smoke_sets(packed, prompts, straight, no_stop))
-    assert done["to_step"] == 4
-    first = child(tmp_path, ["smoke"], smoke_sets(packed, prompts, halves, no_stop), max_steps=2)
-    assert (first["from_step"], first["to_step"]) == (0, 2)
-    second = child(tmp_path, ["smoke"], smoke_sets(packed, prompts, halves, no_stop), max_steps=2)
-    assert (second["from_step"], second["to_step"]) == (2, 4)
+    two = ("arm.eval_every=0", "arm.steps=2")
+    done = child(tmp_path, ["smoke"], smoke_sets(packed, prompts, straight, *two))
+    assert done["to_step"] == 2
+    first = child(tmp_path, ["smoke"], smoke_sets(packed, prompts, halves, *two), max_steps=1)
+    assert (first["from_step"], first["to_step"]) == (0, 1)
+    second = child(tmp_path, ["smoke"], smoke_sets(packed, prompts, halves, *two), max_steps=1)
+    assert (second["from_step"], second["to_step"]) == (1, 2)
 
     a, b = rows_of(straight), rows_of(halves)
-    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2]
+    assert a[0]["lr"] < a[1]["lr"]
     assert [comparable(r) for r in a] == [comparable(r) for r in b]
     # the updates happened: a signal in every step, two shuffled updates each, weights moved
     assert all(r["groups"] == 1 and r["groups_all_alike"] == 0 and r["optimizer_steps"] == 2 for r in a)
     assert all(len(r["grad_norms"]) == 2 and r["grad_norm_max"] > 0 for r in a)
     sa, sb = state_tensors(straight), state_tensors(halves)
-    assert sa["step"] == sb["step"] == 4
+    assert sa["step"] == sb["step"] == 2
     assert sa["trainable"].keys() == sb["trainable"].keys()
     assert all(torch.equal(sa["trainable"][k], sb["trainable"][k]) for k in sa["trainable"])
     assert any(float(v.abs().sum()) > 0 for k, v in sa["trainable"].items() if "lora_B" in k)  # B starts at 0
@@ -121,9 +125,10 @@ def test_steps_straight_equal_steps_resumed_in_a_fresh_process(packed, prompts, 
     assert names == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert all(p.stat().st_size <= 16 * 2**20 for p in (halves / "state").iterdir())
     manifest = json.loads((halves / "state" / "manifest.json").read_text())
-    assert manifest["step"] == 4 and manifest["sampler"]["items"] == 2 and manifest["sampler"]["kind"] == "rl"
+    assert manifest["step"] == 2 and manifest["sampler"]["items"] == 2 and manifest["sampler"]["kind"] == "rl"
 
 
+@pytest.mark.timeout(900)
 def test_a_changed_prompt_set_will_not_resume(packed, prompts, tmp_path):
     from experiments.rl_arm.run import open_arm, parse_settings
 

@@ -3,3 +3,5 @@
 # at the same steps. Does RL add what more supervised training cannot?
 arm.kind = "sft"
 arm.run = "data/runs/2026-12-07_sft_control"
+# paired with the SFT model's records of the TRLOO arm's folder (the same model, evaluated once)
+eval.sft_records = "data/runs/2026-12-07_trloo_arm/eval/sft.jsonl"
