@@ -16,6 +16,7 @@ their number is logged; (3) every update's pre-clip norm, not only their mean.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -49,9 +50,30 @@ class ArmTrainer(RLTrainer):
             valid = valid & ~alike[:, None]
         return valid, metrics
 
-    def update_order(self) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self._seed(self.state.step, 3))
-        return generator
+    def update_order(self) -> torch.Generator:
+        """The generator of this step's shuffles: seeded by the step, so a resumed run draws the same order."""
+        return torch.Generator().manual_seed(self._seed(self.state.step, 3))
+
+    @contextlib.contextmanager
+    def generation_policy(self):
+        """As RLTrainer's, but the static-cache sampler gets the model inside peft's wrapper (its own layers, the
+        LoRA modules in place): it walks model.model.layers, which a PeftModel does not have."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        from drk_lab.rl.sampler import StaticCachePolicy
+
+        r = self.settings.rollouts
+        if r.sampler != "static":
+            with super().generation_policy() as policy:
+                yield policy
+            return
+        unwrapped_model = unwrap_model_for_generation(self.model, self.accelerator,
+                                                      gradient_checkpointing_kwargs={"use_reentrant": False})
+        with unwrapped_model as unwrapped, self.accelerator.autocast():
+            inner = unwrapped.get_base_model() if hasattr(unwrapped, "get_base_model") else unwrapped
+            yield StaticCachePolicy(inner, self.tokenizer, device=self.accelerator.device, max_new_tokens=r.max_new_tokens,
+                                    batch_size=r.generation_batch_size, chat_template_kwargs=r.chat_template_kwargs,
+                                    cuda_graph=r.cuda_graph)
 
     def optimize(self, batch, old_logp, adv, valid, ref_logp=None):
         order = torch.randperm(batch.num_sequences, generator=self.update_order())
@@ -150,7 +172,7 @@ def rl_settings(settings, on_cpu: bool):
         seed=a.seed, prompts_per_step=r.prompts_per_step, samples=r.samples, turns=r.turns,
         temperature=r.temperature, reward_fn=r.reward, max_new_tokens=m.max_new_tokens,
         max_context_tokens=m.max_context_tokens, feedback_tokens=m.feedback_tokens,
-        sampler="loop" if on_cpu else "static", cuda_graph=m.cuda_graph and not on_cpu, generation_batch_size=4096,
+        sampler="static", cuda_graph=m.cuda_graph and not on_cpu, generation_batch_size=4096,
         eval_kwargs=evaluation, advantage=u.advantage, mini_batches=u.mini_batches,
         micro_batch_size=u.micro_batch_size, lr=u.lr, betas=tuple(u.betas), warmup_steps=u.warmup_steps,
         grad_clip=u.grad_clip, kl_coef=u.kl_coef, prs=u.prs, mrs=u.mrs, save_rollouts=False)
