@@ -5,7 +5,7 @@
 #   bash experiments/rl_arm/device.sh 540                          # the TRLOO arm; carry .whl (TRL, datasets)
 #   bash experiments/rl_arm/device.sh 540 --config control_sft     # the continued-SFT control
 # Back here: cat <files_at>/run.tgz.* | tar xzf - -C <the run folder>, and commit it (the next call resumes).
-# Needs data/models/mini_sft.safetensors (experiments/rl_arm/make_sft.sh makes it) and data/rl_arm/ (prompts.py).
+# Needs data/models/mini_sft.safetensors.xz (experiments/rl_arm/make_sft.sh makes it; unpacked here) and data/rl_arm/.
 set -u
 budget=${1:?usage: experiments/rl_arm/device.sh BUDGET_SECONDS [--config NAME] [--set PART.NAME=VALUE ...]}
 shift
@@ -15,6 +15,8 @@ if ! python3 -c "import trl, datasets" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/trl-*.whl .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl || exit 1
 fi
+model=data/models/mini_sft.safetensors
+[ -f $model ] || [ ! -f $model.xz ] || xz -dk $model.xz || exit 1
 run=$(python3 -c "import sys; from experiments.rl_arm.run import parse_settings; from experiments.rl_arm.settings import resolve
 args = sys.argv[1:]; configs = [args[i + 1] for i, a in enumerate(args) if a == '--config']
 sets = [args[i + 1] for i, a in enumerate(args) if a == '--set']; s = parse_settings(configs, sets)

@@ -1,10 +1,12 @@
 #!/bin/bash
 # The arm's SFT starting model, made once on a GPU with the mini recipe (experiments/mini: tokenizer, 2,000
 # pretraining steps with drills, SFT on the 1,020 + 330 trajectories) and packed into one file (rl/packed_model.py,
-# int8 rows, about 29 MB), returned as $OUT/mini_sft.safetensors.NN (parts of 15 MiB). Call it back to back on one
-# held machine until it prints "packed" (pretraining and SFT resume across calls; about 15 minutes in all):
+# int8 rows, about 30 MB; xz takes a tenth off), returned as $OUT/mini_sft.safetensors.xz.NN (parts of 15 MiB).
+# Call it back to back on one held machine until it prints "packed" (pretraining and SFT resume across calls;
+# about 15 minutes in all):
 #   bash experiments/rl_arm/make_sft.sh 560                  # carry .whl (TRL, datasets)
-# Back here: cat <files_at>/mini_sft.safetensors.* > data/models/mini_sft.safetensors, and commit it.
+# Back here: cat <files_at>/mini_sft.safetensors.xz.* > data/models/mini_sft.safetensors.xz, and commit it (the
+# unpacked file is ignored; device.sh and `xz -dk` make it where it is needed).
 set -u
 budget=${1:?usage: experiments/rl_arm/make_sft.sh BUDGET_SECONDS}
 cd "$(dirname "$0")/../.."
@@ -25,6 +27,7 @@ for name in pretrain sft; do
   if stopped $name || [ ! -f $run/$name/config.json ]; then echo "$name goes on in the next call"; exit 0; fi
 done
 python3 -c "from drk_lab.rl.packed_model import pack_model; pack_model('$run/sft', '/tmp/mini_sft.safetensors')" || exit 1
-split -b 15M -d /tmp/mini_sft.safetensors "$OUT/mini_sft.safetensors."
+xz -T0 -6 -c /tmp/mini_sft.safetensors >/tmp/mini_sft.safetensors.xz || exit 1
+split -b 15M -d /tmp/mini_sft.safetensors.xz "$OUT/mini_sft.safetensors.xz."
 tar czf "$OUT/mini_json.tgz" -C /tmp/mini_results . 2>/dev/null
 ls -la "$OUT"; echo packed

@@ -113,6 +113,9 @@ def run_steps(settings, time_limit_s: float | None = None, max_steps: int | None
     folder = resolve(settings.arm.run)
     log = folder / "log" / "metrics.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
+    if log.is_file():  # a call killed between a step's row and its state: that step runs again, logged once
+        kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= trainer.state.step]
+        log.write_text("".join(line + "\n" for line in kept))
     first, stop, longest = trainer.state.step, next_stop(trainer.state.step, settings), 0.0
     stop = min(stop, first + max_steps) if max_steps is not None else stop
     bar = tqdm(total=stop, initial=first, desc=f"{settings.arm.kind} arm", unit="step")
