@@ -142,7 +142,7 @@ def assistant_tokens(tokenizer, messages: list[dict], max_length: int) -> tuple[
                                              tokenize=False, add_generation_prompt=generation)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    ids, mask = encode(len(messages), False), None
+    ids = encode(len(messages), False)
     mask = [False] * len(ids)
     for i, message in enumerate(messages):
         if message["role"] == "assistant" and message.get("train") is not False:

@@ -48,14 +48,11 @@ def load_tasks(path: str, limit: int | None = None, split: str | None = "train")
     return items if torch.cuda.is_available() else [(spec, task.small()) for spec, task in items]
 
 
-def sft_conversations(settings, tokenizer) -> list:
-    """The control's rows: the SFT and repair sets as (token ids, trained mask), in file order."""
+def sft_conversations(settings) -> list[list[dict]]:
+    """The control's rows: the SFT and repair sets' conversations, in file order (tokenized when a step draws them)."""
     import pyarrow.parquet as pq
 
-    from experiments.rl_arm.arm import assistant_tokens
-
-    rows = [messages for path in settings.arm.sft_data for messages in pq.read_table(resolve(path))["messages"].to_pylist()]
-    return [assistant_tokens(tokenizer, messages, settings.arm.sft_max_length) for messages in rows]
+    return [messages for path in settings.arm.sft_data for messages in pq.read_table(resolve(path))["messages"].to_pylist()]
 
 
 def sampler_state(settings, count: int) -> dict:
@@ -75,7 +72,7 @@ def open_arm(settings, force_responses=None, with_items: bool = True):
 
     model, tokenizer = load_packed(resolve(settings.model.packed))
     tasks = [task for _, task in load_tasks(settings.rollouts.prompts)]
-    items = tasks if settings.arm.kind == "rl" or not with_items else sft_conversations(settings, tokenizer)
+    items = tasks if settings.arm.kind == "rl" or not with_items else sft_conversations(settings)
     trainer = build_trainer(settings, model, tokenizer, tasks, force_responses=force_responses)
     sampler = sampler_state(settings, len(items))
     state = resolve(settings.arm.run) / "state"
@@ -91,12 +88,13 @@ def next_stop(step: int, settings) -> int:
 
 
 def one_step(trainer, settings, items) -> dict:
-    from experiments.rl_arm.arm import control_rows
+    from experiments.rl_arm.arm import assistant_tokens, control_rows
 
     if settings.arm.kind == "rl":
         return trainer.train(trainer.state.step + 1)[-1] | trainer.extra
     per_step = settings.arm.sft_rows_per_update * settings.update.mini_batches
-    return trainer.sft_step(control_rows(items, trainer.state.step, per_step, settings.arm.seed))
+    rows = control_rows(items, trainer.state.step, per_step, settings.arm.seed)
+    return trainer.sft_step([assistant_tokens(trainer.tokenizer, m, settings.arm.sft_max_length) for m in rows])
 
 
 def run_steps(settings, time_limit_s: float | None = None, max_steps: int | None = None,

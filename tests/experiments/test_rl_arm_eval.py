@@ -99,6 +99,22 @@ def test_evaluation_records_resume_and_pair_with_sft(packed, tmp_path):
     assert (tmp_path / "run" / "eval" / "step_000002.json").is_file() and not due(settings)
 
 
+def test_the_control_trains_on_assistant_replies_only(tiny_path):
+    from transformers import AutoTokenizer
+
+    from experiments.rl_arm.arm import assistant_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    messages = [{"role": "user", "content": "write relu"}, {"role": "assistant", "content": "def relu_kernel(x): pass"},
+                {"role": "user", "content": "it failed"}, {"role": "assistant", "content": "BUGGY", "train": False},
+                {"role": "user", "content": "again"}, {"role": "assistant", "content": "def fixed_kernel(y): pass"}]
+    ids, mask = assistant_tokens(tokenizer, messages, 10_000)
+    trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert "relu_kernel" in trained and "fixed_kernel" in trained
+    assert "BUGGY" not in trained and "write relu" not in trained and "again" not in trained
+    assert "BUGGY" in tokenizer.decode(ids)
+
+
 def test_continued_sft_control_step_trains_the_adapter_and_resumes(packed, tmp_path):
     from drk_lab.rl.checkpoint import read_manifest
     from experiments.rl_arm.run import open_arm, run_steps
