@@ -34,7 +34,7 @@ while [ "$(left)" -gt 90 ]; do
     python3 experiments/rl_arm/evaluate.py --due "$@" || break  # stopped by time, not at an evaluation's step
   fi
 done
-tail -n 20 "$run/stderr.txt" 2>/dev/null | tr '\r' '\n' | grep -v -E '[0-9]+%\|' | tail -n 8
+tail -n 40 "$run/stderr.txt" 2>/dev/null | tr '\r' '\n' | grep -v -E '[0-9]+%\||^\s*$|warn' | tail -n 8
 tail -c 100000 "$run/stderr.txt" >"$run/stderr.tail" 2>/dev/null; rm -f "$run/stderr.txt"
 tar czf - -C "$run" $(cd "$run" && ls -d state log eval stderr.tail 2>/dev/null) | split -b 15M -d - "$OUT/run.tgz."
 ls -la "$OUT"
