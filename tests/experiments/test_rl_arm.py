@@ -30,22 +30,22 @@ CHILD = textwrap.dedent("""
     from drk_lab.data.teacher import answer
     from experiments.rl_arm.run import parse_settings, run_steps
 
-    configs, sets, max_steps = json.loads(sys.argv[1])
+    configs, sets, max_steps, forced = json.loads(sys.argv[1])
     settings = parse_settings(configs, sets)
     solutions = {{t.name: answer(s, 1) for s, t, _ in read_rl_tasks(settings.rollouts.prompts)}}
 
     def force(task, sample, turn):
-        return solutions[task.name] if (sample, turn) == (0, 0) else None
+        return solutions[task.name] if forced and (sample, turn) == (0, 0) else None
 
     print(json.dumps(run_steps(settings, time_limit_s=1e9, max_steps=max_steps, force_responses=force)))
 """)
 
 
-def child(tmp_path: Path, configs: list[str], sets: list[str], max_steps: int | None = None) -> dict:
+def child(tmp_path: Path, configs: list[str], sets: list[str], max_steps: int | None = None, forced: bool = True) -> dict:
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(repo=str(REPO)))
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
-    done = subprocess.run([sys.executable, str(script), json.dumps([configs, sets, max_steps])], capture_output=True,
+    done = subprocess.run([sys.executable, str(script), json.dumps([configs, sets, max_steps, forced])], capture_output=True,
                           text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -108,6 +108,8 @@ def test_steps_straight_equal_steps_resumed_in_a_fresh_process(packed, prompts, 
     assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2]
     assert a[0]["lr"] < a[1]["lr"]
     assert [comparable(r) for r in a] == [comparable(r) for r in b]
+    # the correctness reward: the forced kernel earns 1, the tiny model's replies (no code) 0
+    assert a[0]["reward_mean/turn_1"] == 0.5 and a[0]["reward_mean/turn_2"] == 0.0
     # the updates happened: a signal in every step, two shuffled updates each, weights moved
     assert all(r["groups"] == 1 and r["groups_all_alike"] == 0 and r["optimizer_steps"] == 2 for r in a)
     assert all(len(r["grad_norms"]) == 2 and r["grad_norm_max"] > 0 for r in a)
@@ -129,11 +131,13 @@ def test_steps_straight_equal_steps_resumed_in_a_fresh_process(packed, prompts, 
 
 
 @pytest.mark.timeout(900)
-def test_a_changed_prompt_set_will_not_resume(packed, prompts, tmp_path):
+def test_all_alike_groups_are_counted_and_left_out_and_a_changed_prompt_set_will_not_resume(packed, prompts, tmp_path):
     from experiments.rl_arm.run import open_arm, parse_settings
 
     run = tmp_path / "run"
-    child(tmp_path, ["smoke"], smoke_sets(packed, prompts, run), max_steps=1)
+    child(tmp_path, ["smoke"], smoke_sets(packed, prompts, run), max_steps=1, forced=False)
+    (row,) = rows_of(run)  # no reply has code: one group, all alike, so no update at all
+    assert (row["groups"], row["groups_all_alike"], row["optimizer_steps"], row["trained_sequences"]) == (1, 1, 0, 0)
     settings = parse_settings(["smoke"], smoke_sets(packed, prompts, run, "rollouts.prompts_per_step=2"))
     with pytest.raises(ValueError, match="sampler"):
         open_arm(settings)

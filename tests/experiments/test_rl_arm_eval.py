@@ -35,6 +35,16 @@ def test_mcnemar_by_hand():
     assert m["chi2"] == pytest.approx((20 - 1) ** 2 / 54) and 0.005 < m["p_chi2"] < 0.02
 
 
+def test_the_correctness_reward():
+    from drk_lab.agent.rewards import get_reward
+    from drk_lab.harness.result import EvalResult
+
+    reward = get_reward("correct")
+    assert reward(EvalResult(correct=True, speedup=2.5)) == 1.0 and reward(EvalResult(correct=False)) == 0.0
+    assert reward(EvalResult(correct=True, hacked=True)) == 0.0
+    assert reward(EvalResult(correct=True, error_kind="hacked")) == 0.0
+
+
 def rec(task, part, kind, correct):
     return {"task": task, "part": part, "kind": kind, "correct": correct, "solved": any(correct)}
 
