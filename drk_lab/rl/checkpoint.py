@@ -125,7 +125,8 @@ def load_state(trainer, folder, sampler: dict | None = None) -> dict:
         raise FileNotFoundError(f"{folder}: no saved state ({MANIFEST} of format {FORMAT})")
     if sampler is not None and manifest["sampler"] != json.loads(json.dumps(sampler)):
         raise ValueError(f"{folder}: saved with sampler {manifest['sampler']}, resumed with {sampler}")
-    state = torch.load(io.BytesIO(read_parts(folder, manifest["parts"])), weights_only=True)
+    # on the CPU first: a state saved on a GPU also loads on a machine without one (the optimizer moves it back)
+    state = torch.load(io.BytesIO(read_parts(folder, manifest["parts"])), weights_only=True, map_location="cpu")
     trainer._ensure_scheduler(None, manifest["schedule_total"])
     load_trainable(trainer.accelerator.unwrap_model(trainer.model), state["trainable"])
     trainer.optimizer.load_state_dict(state["optimizer"])
