@@ -68,7 +68,7 @@ class ArmPart:
     """Which arm, how long, and where its state lives."""
     kind: str = "rl"  # or "sft": the continued-SFT control, the same number of updates from the same model
     run: str = RUN  # run folder: state/, log/, eval/ (data/runs/<run>/)
-    steps: int = 200  # a ceiling; the pre-registered endpoint is read at steps 0, 50, 100, 150, ...
+    steps: int = 150  # the pre-registered endpoint is read at steps 0, 50, 100 and 150 (the verdict)
     seed: int = 0
     time_limit_s: float = 480.0  # a call stops (saving the state) before a step that would pass this
     eval_every: int = 50  # a call stops at these steps, so that the state there is the one evaluated
