@@ -1,5 +1,7 @@
-"""The pre-registered evaluation (the run folder's README): the arm's model as its state holds it now, greedy, on
-every held-out task of data/rl and the 512 fresh train-side tasks, paired with the SFT model (McNemar).
+"""The pre-registered evaluation of the arm's model as its state holds it now, paired with the SFT model.
+
+Greedy, on every held-out task of data/rl and the 512 fresh train-side tasks; McNemar against the SFT model
+(the run folder's README pre-registers it).
 
     python experiments/rl_arm/evaluate.py                         # the run's state: eval/sft (step 0) or eval/step_<N>
     python experiments/rl_arm/evaluate.py --config control_sft    # the control's state, paired with the same SFT records

@@ -1,5 +1,6 @@
-"""The arm of issue 62 in calls: resume from the run folder's state, take steps until the call's time is up or an
-evaluation is due, save the state after every step.
+"""The arm of issue 62, one call at a time: resume from the run folder's state, step, save the state.
+
+Steps go on until the call's time is up or an evaluation is due; the state is saved after every step.
 
     python experiments/rl_arm/run.py                                  # the TRLOO arm (data/runs/2026-12-07_trloo_arm)
     python experiments/rl_arm/run.py --config control_sft             # the continued-SFT control

@@ -16,3 +16,4 @@ arm.sft_max_length = 4096
 eval.heldout = 2
 eval.fresh_tasks = 2
 eval.correctness_trials = 1
+arm.run = "runs/rl_arm_smoke"  # never the real run folder
