@@ -8,16 +8,18 @@
 # Back here: cat <files_at>/mini_sft.safetensors.xz.* > data/models/mini_sft.safetensors.xz, and commit it (the
 # unpacked file is ignored; device.sh and `xz -dk` make it where it is needed).
 set -u
-budget=${1:?usage: experiments/rl_arm/make_sft.sh BUDGET_SECONDS}
+budget=${1:?usage: experiments/rl_arm/make_sft.sh BUDGET_SECONDS [--config NAME] [--set PART.NAME=VALUE ...]}
+shift
+extra=("$@")  # to experiments/mini/run.py (the tests' dry run: --config smoke); the arm's model takes none
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
 if ! python3 -c "import trl, datasets" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/trl-*.whl .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl || exit 1
 fi
-run=runs/mini
+run=${RUN:-runs/mini}
 left() { echo $((budget - SECONDS)); }
-phase() { python3 experiments/mini/run.py --out $run --export /tmp/mini_results "$@" 2>&1 | tr '\r' '\n' | grep -v -E '[0-9]+%\|' | tail -n 3; }
+phase() { python3 experiments/mini/run.py --out $run --export /tmp/mini_results "${extra[@]}" "$@" 2>&1 | tr '\r' '\n' | grep -v -E '[0-9]+%\|' | tail -n 3; }
 stopped() { python3 -c "import json, sys; sys.exit(not json.load(open('$run/$1.json')).get('stopped_by_time_limit'))" 2>/dev/null; }
 [ -f $run/init/config.json ] || phase --phase tokenizer
 for name in pretrain sft; do
