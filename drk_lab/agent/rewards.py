@@ -54,6 +54,12 @@ def drkernel(result: EvalResult, *, correct_weight: float = 0.5, speed_weight: f
     return correct_weight + speed_weight * speed + coverage_weight * usable_coverage(result)
 
 
+def correct(result: EvalResult) -> float:
+    """1 for a correct, honest result (every check of the harness passed, no hack flagged), else 0: the reward of
+    an arm whose endpoint counts correct kernels, where a speed term would be mostly timing noise."""
+    return 1.0 if result.ok else 0.0
+
+
 def kevin(result: EvalResult, *, correct_weight: float = 0.3, speedup_cap: float = 10.0) -> float:
     """Kevin-style: 0.3*correct + min(speedup, cap)*correct; 0 for any failure or hack."""
     if not result.ok:
@@ -121,6 +127,7 @@ def bottleneck(result: EvalResult, *, coverage_threshold: float = 0.3, low_cover
 
 REWARDS: dict[str, Callable[..., float]] = {
     "drkernel": drkernel,
+    "correct": correct,
     "kevin": kevin,
     "tiered": tiered,
     "bottleneck": bottleneck,

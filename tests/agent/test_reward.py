@@ -94,7 +94,7 @@ def test_speedup_from_invalid_or_broken_timings_is_ignored(name):
         assert fn(bad) == fn(EvalResult(correct=True, coverage=1.0)), bad
 
 
-@pytest.mark.parametrize("name", sorted(REWARDS))
+@pytest.mark.parametrize("name", sorted(set(REWARDS) - {"correct"}))  # "correct" reads no time by design
 def test_more_speed_never_earns_less(name):
     fn = REWARDS[name]
     values = [fn(timed(s, coverage=0.9)) for s in [0.2, 0.9, 1.0, 1.3, 1.7, 2.5, 3.5, 8.0, 20.0]]
