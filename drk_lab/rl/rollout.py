@@ -278,7 +278,7 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
                      max_context_tokens: int | None = None, system_prompt: str | None = None,
                      force_responses: Callable[[Task, int, int], str | None] | None = None,
                      max_workers: int | None = None, waves: int = 1, pipelined: bool = False,
-                     **eval_kwargs) -> Rollout:
+                     eval_seed: int | None = None, **eval_kwargs) -> Rollout:
     """`samples` multi-turn episodes per task with a TransformersPolicy (see the module docstring).
 
     `sampling` goes to policy.generate (temperature, top_p, top_k, max_new_tokens); with `seed`, turn t
@@ -286,8 +286,11 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
     sample, turn)` may return a reply text to use instead of the sampled one. `eval_kwargs` go to
     drk_lab.evaluate (device, correctness_trials, timing_trials, ...). `waves` > 1 generates each turn in that
     many calls of whole groups; `pipelined` overlaps generation and evaluation (agent/pipeline.py), with the
-    same samples and rewards as without.
+    same samples and rewards as without. `eval_seed` fixes the evaluations' trial inputs (drk_lab.evaluate's
+    `seed`, which `seed` here is not), so that feedback quoting them is the same text in two runs.
     """
+    if eval_seed is not None:
+        eval_kwargs["seed"] = eval_seed
     policy = TokenPolicy.wrap(policy)
     schedule = schedule or episode_schedule()
     stats = {"generated_tokens": 0, "prompt_tokens": 0, "forced_replies": 0, "prompt_too_long": 0, "context_full": 0,

@@ -20,7 +20,7 @@ from drk_lab.rl.batch import build_batch  # noqa: E402
 from drk_lab.rl.rollout import GPU_LOCK_DIR, TokenPolicy, TokenPrompt, collect_rollouts, timing_guard, turn_seed  # noqa: E402
 from drk_lab.rl.tiny_model import load_tiny  # noqa: E402
 
-EVAL = {"device": "cpu", "correctness_trials": 1, "seed": 0}  # fixed trial inputs: the same feedback text
+EVAL = {"device": "cpu", "correctness_trials": 1, "eval_seed": 0}  # fixed trial inputs: the same feedback text
 
 
 @pytest.fixture(scope="module")
