@@ -61,19 +61,29 @@ class TokenPolicy(TransformersPolicy):
             return list(messages)
         return super().prompt_ids(messages)
 
+    row_hook = None  # while a streaming generate runs: row_hook(row in the batch, completion) (rl/sampler.py)
+
     def generate(self, messages_batch, n: int = 1, on_complete=None, **sampling):
-        """TransformersPolicy.generate; with `on_complete(row, completion)` (n=1) each batch of rows is handed
-        over as soon as it is decoded, while the next batch decodes (the pipelined driver evaluates them)."""
+        """TransformersPolicy.generate; with `on_complete(row, completion)` (n=1) each reply is handed over as
+        soon as it is decoded: a batch of rows when the next batch starts, or (rl/sampler.py) a row as soon as
+        it stops while its batch decodes on. The pipelined driver evaluates them meanwhile."""
         if on_complete is None or n != 1:
             return super().generate(messages_batch, n, **sampling)
-        decode, done = self._decode_batch, 0
+        decode, offset, sent = self._decode_batch, 0, set()
+
+        def hand(row: int, completion: Completion) -> None:
+            if row not in sent:
+                sent.add(row)
+                on_complete(row, completion)
 
         def streaming(*args):
-            nonlocal done
+            nonlocal offset
+            start = offset
+            self.row_hook = lambda k, completion: hand(start + k, completion)
             out = decode(*args)
             for k, completion in enumerate(out):
-                on_complete(done + k, completion)
-            done += len(out)
+                hand(start + k, completion)
+            offset += len(out)
             return out
 
         # why shadow the method for one call instead of a loop of our own: the rows, batches and generator are
@@ -82,7 +92,8 @@ class TokenPolicy(TransformersPolicy):
         try:
             return super().generate(messages_batch, n, **sampling)
         finally:
-            del self._decode_batch
+            self.__dict__.pop("_decode_batch", None)
+            self.__dict__.pop("row_hook", None)
 
     @classmethod
     def wrap(cls, policy: TransformersPolicy) -> TokenPolicy:

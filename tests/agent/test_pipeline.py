@@ -132,3 +132,25 @@ def test_timing_guard_is_the_harness_lock_only_where_timing_runs():
     with timing_guard({"device": "cpu"})():
         pass
     assert GPU_LOCK_DIR == Sandbox("cpu").lock_dir
+
+
+def test_the_static_sampler_hands_over_each_row_as_it_stops(tiny_path):
+    """Rows that stop (here: a third of the vocabulary stops a row) are handed over while the others decode;
+    every completion is the one the plain call returns."""
+    from drk_lab.rl.sampler import StaticCachePolicy
+
+    model, tokenizer = load_tiny(tiny_path)
+    stops = list(range(0, len(tokenizer), 3))
+    policy = StaticCachePolicy(model, tokenizer, device="cpu", max_new_tokens=40, stop_token_ids=stops)
+    prompts = [TokenPrompt(policy.prompt_ids([{"role": "user", "content": f"task {k}"}])) for k in range(12)]
+    seen = []
+    streamed = policy.generate(prompts, n=1, seed=11, on_complete=lambda row, c: seen.append((row, c)))
+    plain = policy.generate(prompts, n=1, seed=11)
+    assert sorted(row for row, _ in seen) == list(range(12))
+    by_row = dict(seen)
+    assert [by_row[k].token_ids for k in range(12)] == [c[0].token_ids for c in streamed] == [c[0].token_ids for c in plain]
+    assert [by_row[k].logprobs for k in range(12)] == [c[0].logprobs for c in plain]
+    lengths = [len(c.token_ids) for _, c in seen]
+    early = [n for n in lengths if n <= 32]  # stopped before the last hand-over point
+    assert early and lengths[:len(early)] == early, lengths  # handed over first, while the rest decoded
+    assert [row for row, _ in seen] != list(range(12)) or lengths == sorted(lengths)
