@@ -17,6 +17,7 @@ SPLIT = ("generation_s", "evaluation_s", "overlap_s", "training_s", "idle_s", "w
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_both_modes_in_one_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
     args = ["--config", "smoke", "--set", "model.max_new_tokens=8", "--modes", "sync:2,pipelined:2", "--steps", "1",
