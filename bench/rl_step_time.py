@@ -26,6 +26,15 @@ mini run's evaluation load while generation still decodes every row (a random mo
 longest replies, the worst case for generation).
 
 Writes $OUT/rl_step_time.json (or --out): settings, device, per mode its steps and medians.
+
+On a GPU machine (TRL and datasets from .whl: bench/device_wheels.sh here first), two calls on one warm machine:
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/trl-*.whl \
+      .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl && export PYTHONPATH=/tmp/site:$PWD \
+      DRK_CACHE_DIR=$PWD/runs/cache && python experiments/mini/run.py --phase tokenizer,pretrain,sft --out runs/mini
+    export PYTHONPATH=/tmp/site:$PWD DRK_CACHE_DIR=$PWD/runs/cache && python bench/rl_step_time.py \
+      --model runs/mini/sft --modes sync:1,pipelined:1,pipelined:4 --steps 3
+(the SFT model in about 6 minutes on an H100; a mode's 3 steps in about 2.5). Without time for SFT, the random
+model of the same shape after the tokenizer phase (18 s): --model runs/mini/init --force-teacher 8.
 """
 
 from __future__ import annotations
@@ -204,10 +213,11 @@ def main(argv=None) -> int:
     for mode, waves in parse_modes(args.modes):
         records = run_mode(model, tasks, settings, cuda, mode, waves, args.steps, force)
         report["modes"][f"{mode}:{waves}"] = {"median_after_first": medians(records), "steps": records}
-    names = list(report["modes"])
-    report["same_rewards"] = {f"{a} vs {b}": same_rewards(report["modes"][a]["steps"], report["modes"][b]["steps"])
-                              for i, a in enumerate(names) for b in names[i + 1:]}
-    (out / "rl_step_time.json").write_text(json.dumps(report, indent=1, default=str))
+        names = list(report["modes"])
+        report["same_rewards"] = {f"{a} vs {b}": same_rewards(report["modes"][a]["steps"], report["modes"][b]["steps"])
+                                  for i, a in enumerate(names) for b in names[i + 1:]}
+        # after every mode, so that a call cut short by its time limit still brings back the modes it finished
+        (out / "rl_step_time.json").write_text(json.dumps(report, indent=1, default=str))
     print_report(report)
     return 0
 
