@@ -29,7 +29,7 @@ import contextlib
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from drk_lab.agent.context import ContextSchedule, build_messages
 from drk_lab.agent.feedback import messages_tokens
@@ -85,7 +85,6 @@ class Wave:
     in_flight: int = 0
     waiting: bool = False  # this turn is generated; its evaluations are not all back
     finished: bool = False
-    pending: list = field(default_factory=list)  # (episode, messages, completion) not yet handed to a thread
 
 
 def next_wave(waves: list[Wave]) -> int | None:
@@ -113,7 +112,7 @@ def run_pipelined(episodes: list, turns, schedule: ContextSchedule, *, tokenizer
     bar = progress_bar(progress, len(episodes) * schedule.turns)
     futures: dict = {}  # future -> (wave index, episode, messages, completion, turn)
     with thread_pool(workers) as pool:
-        def submit(k: int, wave: int, item: tuple) -> None:
+        def submit(wave: int, item: tuple) -> None:
             e, messages, completion = item
             futures[pool.submit(timed_step, e, completion)] = (wave, e, messages, completion, state[wave].turn)
 
@@ -157,7 +156,7 @@ def generate_wave(k: int, state: list[Wave], turns, stats: dict, guard, submit) 
 
     def on_complete(row: int, completion) -> None:
         sent.add(row)
-        submit(row, k, (live[row], conversations[row], completion))
+        submit(k, (live[row], conversations[row], completion))
 
     wave.waiting, wave.in_flight = True, len(live)
     started = time.perf_counter()
@@ -168,7 +167,7 @@ def generate_wave(k: int, state: list[Wave], turns, stats: dict, guard, submit) 
     stats["timeline"].append(("generation", started, ended))
     for row, item in enumerate(zip(live, conversations, completions)):
         if row not in sent:
-            submit(row, k, item)
+            submit(k, item)
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
