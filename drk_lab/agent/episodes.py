@@ -19,8 +19,8 @@ from pathlib import Path
 
 from drk_lab.agent.context import ContextSchedule, build_messages, episode_schedule, stts_schedule
 from drk_lab.agent.env import KernelEnv
-from drk_lab.agent.feedback import messages_tokens
-from drk_lab.agent.trajectory import Trajectory, Turn, write_jsonl
+from drk_lab.agent.pipeline import progress_bar, record_turn, run_pipelined, wave_slices
+from drk_lab.agent.trajectory import Trajectory, write_jsonl
 from drk_lab.harness.evaluate import thread_pool
 from drk_lab.harness.task import Task
 
@@ -65,9 +65,11 @@ class ChatTurns:
     def admit(self, episode: Episode, index: int) -> bool:
         return True
 
-    def generate(self, live: list[Episode], conversations: list[list[dict]], index: int) -> list:
+    def generate(self, live: list[Episode], conversations: list[list[dict]], index: int, wave: int = 0,
+                 on_complete=None) -> list:
         """One completion per live episode. On the first turn the episodes come in runs of `samples`
-        of one task sharing one conversation, so each conversation is asked for that many."""
+        of one task sharing one conversation, so each conversation is asked for that many. (`wave` and
+        `on_complete` are for token policies, rl/rollout.py: here every completion comes at the end.)"""
         n = self.samples if index == 0 else 1
         if n == 1:
             return [c[0] for c in self.policy.generate(conversations, n=1, **self.sampling)]
@@ -82,40 +84,42 @@ class ChatTurns:
 
 
 def run_episodes(episodes: list[Episode], turns, schedule: ContextSchedule, *, tokenizer=None,
-                 max_workers: int | None = None, progress: bool = True) -> dict:
+                 max_workers: int | None = None, progress: bool = True, waves: int = 1, pipelined: bool = False,
+                 generation_guard=None) -> dict:
     """Drive the episodes to their end (see the module docstring); returns seconds spent generating and
-    evaluating, and the number of turns taken."""
-    stats = {"generation_s": 0.0, "evaluation_s": 0.0, "turns": 0}
+    evaluating, and the number of turns taken. `waves` > 1 generates each turn in that many calls of whole
+    groups; `pipelined` overlaps generation and evaluation (agent/pipeline.py: the same calls, the same
+    samples, another order in time); `generation_guard()` is entered around each generate call there."""
+    if pipelined:
+        return run_pipelined(episodes, turns, schedule, tokenizer=tokenizer, max_workers=max_workers,
+                             progress=progress, waves=waves, generation_guard=generation_guard)
+    stats = {"generation_s": 0.0, "evaluation_s": 0.0, "turns": 0, "timeline": []}
     workers = max_workers or max(1, min(len(episodes), os.cpu_count() or 2))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(episodes) * schedule.turns, desc="turns", unit="turn")
+    bar = progress_bar(progress, len(episodes) * schedule.turns)
     with thread_pool(workers) as pool:  # Ctrl-C or a Jupyter interrupt ends the evaluations in flight
         for index in range(schedule.turns):
-            live = [e for e in episodes if e.live and turns.admit(e, index)]
-            if not live:
+            calls = []  # (live, conversations, completions) of each wave's generate call
+            for w, wave in enumerate(wave_slices(episodes, waves)):
+                live = [e for e in wave if e.live and turns.admit(e, index)]
+                if not live:
+                    continue
+                conversations = [build_messages(e.trajectory.prompt, e.trajectory.turns, e.context,
+                                                e.trajectory.system_prompt) for e in live]
+                started = time.perf_counter()
+                completions = turns.generate(live, conversations, index, wave=w)
+                stats["generation_s"] += time.perf_counter() - started
+                stats["timeline"].append(("generation", started, time.perf_counter()))
+                calls.append((live, conversations, completions))
+            if not calls:
                 break
-            conversations = [build_messages(e.trajectory.prompt, e.trajectory.turns, e.context,
-                                            e.trajectory.system_prompt) for e in live]
+            items = [item for live, conversations, completions in calls
+                     for item in zip(live, conversations, completions)]
             started = time.perf_counter()
-            completions = turns.generate(live, conversations, index)
-            stats["generation_s"] += time.perf_counter() - started
-            started = time.perf_counter()
-            steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, ec[1].finish_reason), zip(live, completions)))
+            steps = list(pool.map(lambda item: item[0].env.step(item[2].text, item[2].finish_reason), items))
             stats["evaluation_s"] += time.perf_counter() - started
-            for e, messages, completion, (feedback, reward, done, info) in zip(live, conversations, completions, steps):
-                e.trajectory.turns.append(Turn(
-                    task=e.env.task.name, index=index, iteration=schedule.iteration(index), context=list(e.context),
-                    prompt_tokens=messages_tokens(messages, tokenizer),
-                    prompt_chars=sum(len(m["content"]) for m in messages), response=completion.text,
-                    finish_reason=completion.finish_reason, extraction=info["extraction"], code=info["code"],
-                    result=info["result"], reward=reward, feedback=feedback,
-                    token_ids=None if completion.token_ids is None else list(completion.token_ids),
-                    logprobs=None if completion.logprobs is None else list(completion.logprobs)))
-                turns.record(e, completion, info, done)
-                e.context = schedule.next_context(e.trajectory.turns, e.context)
+            stats["timeline"].append(("evaluation", started, time.perf_counter()))
+            for (e, messages, completion), step in zip(items, steps):
+                done = record_turn(e, index, schedule, messages, completion, step, turns, tokenizer)
                 stats["turns"] += 1
                 if bar is not None:
                     bar.update(1 + (schedule.turns - index - 1 if done else 0))

@@ -30,7 +30,10 @@ experiments use it to put known-good kernels into a batch.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import tempfile
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -39,6 +42,8 @@ import torch
 from drk_lab.agent.context import ContextSchedule, episode_schedule
 from drk_lab.agent.episodes import Episode, new_episode, run_episodes
 from drk_lab.agent.trajectory import Trajectory
+from drk_lab.harness.devices import gpu_index, resolve_device
+from drk_lab.harness.gpulock import GpuLock
 from drk_lab.harness.task import Task
 from drk_lab.policies.base import Completion
 from drk_lab.policies.huggingface import TransformersPolicy
@@ -55,6 +60,40 @@ class TokenPolicy(TransformersPolicy):
         if isinstance(messages, TokenPrompt):
             return list(messages)
         return super().prompt_ids(messages)
+
+    row_hook = None  # while a streaming generate runs: row_hook(row in the batch, completion) (rl/sampler.py)
+
+    def generate(self, messages_batch, n: int = 1, on_complete=None, **sampling):
+        """TransformersPolicy.generate; with `on_complete(row, completion)` (n=1) each reply is handed over as
+        soon as it is decoded: a batch of rows when the next batch starts, or (rl/sampler.py) a row as soon as
+        it stops while its batch decodes on. The pipelined driver evaluates them meanwhile."""
+        if on_complete is None or n != 1:
+            return super().generate(messages_batch, n, **sampling)
+        decode, offset, sent = self._decode_batch, 0, set()
+
+        def hand(row: int, completion: Completion) -> None:
+            if row not in sent:
+                sent.add(row)
+                on_complete(row, completion)
+
+        def streaming(*args):
+            nonlocal offset
+            start = offset
+            self.row_hook = lambda k, completion: hand(start + k, completion)
+            out = decode(*args)
+            for k, completion in enumerate(out):
+                hand(start + k, completion)
+            offset += len(out)
+            return out
+
+        # why shadow the method for one call instead of a loop of our own: the rows, batches and generator are
+        # then exactly the parent's, so streaming cannot change a sampled token
+        self._decode_batch = streaming
+        try:
+            return super().generate(messages_batch, n, **sampling)
+        finally:
+            self.__dict__.pop("_decode_batch", None)
+            self.__dict__.pop("row_hook", None)
 
     @classmethod
     def wrap(cls, policy: TransformersPolicy) -> TokenPolicy:
@@ -180,12 +219,22 @@ class TokenTurns:
             return False
         return True
 
-    def generate(self, live: list[TokenEpisode], conversations: list[list[dict]], index: int) -> list[Completion]:
+    def generate(self, live: list[TokenEpisode], conversations: list[list[dict]], index: int, wave: int = 0,
+                 on_complete=None) -> list[Completion]:
+        """One completion per live episode, sampled with turn_seed; `on_complete(row, completion)` is called
+        for each sampled reply as soon as the policy has it (a reply to be forced waits for the end)."""
         prompts = [e.prompt() for e in live]
         sampling = dict(self.sampling)
         if self.seed is not None:
-            sampling["seed"] = int(self.seed) * 1000 + index
-        completions = [c[0] for c in self.policy.generate([TokenPrompt(p) for p in prompts], n=1, **sampling)]
+            sampling["seed"] = turn_seed(self.seed, index, wave)
+        stream = None
+        if on_complete is not None:
+            def stream(row: int, completion: Completion) -> None:
+                e = live[row]
+                if self.force_responses is None or self.force_responses(e.env.task, e.trajectory.sample, index) is None:
+                    on_complete(row, completion)
+        completions = [c[0] for c in self.policy.generate([TokenPrompt(p) for p in prompts], n=1, on_complete=stream,
+                                                          **sampling)]
         if self.force_responses is not None:
             for k, e in enumerate(live):
                 text = self.force_responses(e.env.task, e.trajectory.sample, index)
@@ -211,6 +260,13 @@ class TokenTurns:
         e.tokens.append(TurnTokens(e.prompt(), list(completion.token_ids), list(logprobs), glue, forced))
 
 
+def turn_seed(seed: int, index: int, wave: int = 0) -> int:
+    """The sampling seed of turn `index` of wave `wave` (agent/pipeline.py); wave 0 keeps the seed every
+    rollout had before waves existed, so a run of one wave samples what it always did."""
+    base = int(seed) * 1000 + index
+    return base if wave == 0 else (base * 1_000_003 + wave) % 2**63
+
+
 def tasks_of_step(tasks: list, step: int, per_step: int, seed: int, shuffle: bool = True) -> list:
     """The `per_step` tasks of RL step `step`: passes over `tasks`, each in an order drawn from the seed
     and the pass. A pure function of the step, so a resumed run repeats it, and a run's prompts are known
@@ -232,14 +288,20 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
                      feedback_tokens: int = 2048, max_prompt_tokens: int | None = None,
                      max_context_tokens: int | None = None, system_prompt: str | None = None,
                      force_responses: Callable[[Task, int, int], str | None] | None = None,
-                     max_workers: int | None = None, **eval_kwargs) -> Rollout:
+                     max_workers: int | None = None, waves: int = 1, pipelined: bool = False,
+                     eval_seed: int | None = None, **eval_kwargs) -> Rollout:
     """`samples` multi-turn episodes per task with a TransformersPolicy (see the module docstring).
 
     `sampling` goes to policy.generate (temperature, top_p, top_k, max_new_tokens); with `seed`, turn t
     samples with seed * 1000 + t, so the same call gives the same rollout. `force_responses(task,
     sample, turn)` may return a reply text to use instead of the sampled one. `eval_kwargs` go to
-    drk_lab.evaluate (device, correctness_trials, timing_trials, ...).
+    drk_lab.evaluate (device, correctness_trials, timing_trials, ...). `waves` > 1 generates each turn in that
+    many calls of whole groups; `pipelined` overlaps generation and evaluation (agent/pipeline.py), with the
+    same samples and rewards as without. `eval_seed` fixes the evaluations' trial inputs (drk_lab.evaluate's
+    `seed`, which `seed` here is not), so that feedback quoting them is the same text in two runs.
     """
+    if eval_seed is not None:
+        eval_kwargs["seed"] = eval_seed
     policy = TokenPolicy.wrap(policy)
     schedule = schedule or episode_schedule()
     stats = {"generated_tokens": 0, "prompt_tokens": 0, "forced_replies": 0, "prompt_too_long": 0, "context_full": 0,
@@ -258,8 +320,23 @@ def collect_rollouts(policy, tasks: list[Task], *, samples: int = 1, schedule: C
             group.append(g)
     turns = TokenTurns(policy, dict(sampling or {}), seed, max_context_tokens, force_responses, stats)
     stats.update(run_episodes(episodes, turns, schedule, tokenizer=policy.tokenizer, max_workers=max_workers,
-                              progress=False))
+                              progress=False, waves=waves, pipelined=pipelined,
+                              generation_guard=timing_guard(eval_kwargs) if pipelined else None))
     return Rollout([e.trajectory for e in episodes], [e.tokens for e in episodes], group, schedule.turns, stats)
+
+
+# the folder of the harness's GPU locks: harness/caller.py's Sandbox.lock_dir (tests/agent/test_pipeline.py checks)
+GPU_LOCK_DIR = os.path.join(tempfile.gettempdir(), "drk_gpu_locks")
+
+
+def timing_guard(eval_kwargs: dict):
+    """What a pipelined rollout holds while it generates: on a GPU with timed rewards, the harness's shared GPU
+    lock, so that an evaluation's timing (the exclusive lock) waits for the generate call to end and never
+    times its kernels beside the sampler's, while correctness trials (shared) run beside it; else nothing."""
+    device = resolve_device(eval_kwargs.get("device"))
+    if device == "cpu" or eval_kwargs.get("timing") is False:
+        return contextlib.nullcontext
+    return GpuLock(GPU_LOCK_DIR, gpu_index(device)).shared
 
 
 def solution_replies(tasks: list[Task], sample: int = 0, turn: int = 0):

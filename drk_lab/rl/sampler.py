@@ -200,11 +200,12 @@ class GraphedDecode:
 @torch.inference_mode()
 def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id: int, stop_token_ids: list[int],
                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, generator=None,
-                  cuda_graph: bool = False):
+                  cuda_graph: bool = False, on_finished=None):
     """Sample up to `max_new` tokens after each prompt, all rows at once. Returns (tokens [rows, n],
     raw log-probs [rows, n], sampling log-probs [rows, n], stopped [rows]) on the CPU; after a row's stop
     token its tokens are `pad_token_id`. `cuda_graph`: decode with GraphedDecode (see the module's
-    docstring)."""
+    docstring). `on_finished(rows, tokens, raw, sampled)`: rows that stopped, with their tensors so far (on
+    the CPU), handed over every 8 tokens while the others decode on (the pipelined rollouts evaluate them)."""
     check_supported(model)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
@@ -220,6 +221,7 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
     stops = torch.tensor(stop_token_ids, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, raw_lps, sample_lps = [], [], []
+    reported = torch.zeros(rows, dtype=torch.bool, device=device)  # rows handed to on_finished
     # the prompts in blocks of rows, so that the [rows, 1, T, T] mask and attention stay small
     block = max(1, PREFILL_TOKENS // (width * width))
     logits = torch.cat([forward_step(model, ids[r:r + block], positions[r:r + block], cache.rows(r, r + block), 0)
@@ -239,6 +241,8 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
         raw_lps.append(raw.gather(-1, token[:, None]).squeeze(-1))
         sample_lps.append(sample_lp)
         finished |= torch.isin(token, stops)
+        if on_finished is not None and step % 8 == 7 and step < max_new - 1:
+            reported = hand_over(finished, reported, tokens, raw_lps, sample_lps, on_finished)
         if step == max_new - 1 or (step % 8 == 7 and bool(finished.all())):  # a host sync every 8 tokens only
             break
         cache.valid[:, width + step] = ~finished | torch.isin(token, stops)
@@ -250,6 +254,16 @@ def sample_tokens(model, prompts: list[list[int]], max_new: int, *, pad_token_id
     tokens = torch.stack(tokens, 1)
     stopped = torch.isin(tokens, stops).any(-1)
     return tokens.cpu(), torch.stack(raw_lps, 1).cpu(), torch.stack(sample_lps, 1).cpu(), stopped.cpu()
+
+
+def hand_over(finished, reported, tokens, raw_lps, sample_lps, on_finished):
+    """on_finished for the rows that stopped since the last hand-over; returns the rows handed over so far."""
+    newly = finished & ~reported
+    if not bool(newly.any()):
+        return reported
+    rows = newly.nonzero().squeeze(-1)
+    on_finished(rows.tolist(), *(torch.stack(x, 1)[rows].cpu() for x in (tokens, raw_lps, sample_lps)))
+    return reported | newly
 
 
 class StaticCachePolicy(TokenPolicy):
@@ -272,17 +286,27 @@ class StaticCachePolicy(TokenPolicy):
         return out
 
     def _decode_batch_eval(self, prompts, max_new, temperature, top_p, top_k, generator) -> list[Completion]:
+        hook, on_finished = self.row_hook, None
+        if hook is not None:  # a pipelined rollout's: each reply as soon as its row stops
+            def on_finished(rows, tokens, raw, sampled):
+                for row, ids_row, raw_row, sample_row in zip(rows, tokens.tolist(), raw.tolist(), sampled.tolist()):
+                    hook(row, self.completion(prompts[row], ids_row, raw_row, sample_row, True))
         tokens, raw, sampled, stopped = sample_tokens(
             self.model, prompts, max_new, pad_token_id=self.pad_token_id, stop_token_ids=self.stop_token_ids,
-            temperature=temperature, top_p=top_p, top_k=top_k, generator=generator, cuda_graph=self.cuda_graph)
+            temperature=temperature, top_p=top_p, top_k=top_k, generator=generator, cuda_graph=self.cuda_graph,
+            on_finished=on_finished)
+        return [self.completion(prompt, ids_row, raw_row, sample_row, bool(stop))
+                for prompt, ids_row, raw_row, sample_row, stop in zip(prompts, tokens.tolist(), raw.tolist(),
+                                                                      sampled.tolist(), stopped.tolist())]
+
+    def completion(self, prompt: list[int], ids_row: list[int], raw_row: list[float], sample_row: list[float],
+                   stopped: bool) -> Completion:
+        """One row's Completion: its tokens up to and with the stop token (or all, cut off)."""
         stop_set = set(self.stop_token_ids)
-        completions = []
-        for row, (ids_row, raw_row, sample_row) in enumerate(zip(tokens.tolist(), raw.tolist(), sampled.tolist())):
-            length = next((k + 1 for k, tok in enumerate(ids_row) if tok in stop_set), len(ids_row))
-            ids = ids_row[:length]
-            text_ids = ids[:-1] if stopped[row] else ids
-            completions.append(Completion(
-                text=self.tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=ids,
-                logprobs=raw_row[:length], finish_reason="stop" if bool(stopped[row]) else "length",
-                extra={"sampling_logprobs": sample_row[:length], "prompt_token_ids": list(prompts[row])}))
-        return completions
+        length = next((k + 1 for k, tok in enumerate(ids_row) if tok in stop_set), len(ids_row))
+        ids = ids_row[:length]
+        text_ids = ids[:-1] if stopped else ids
+        return Completion(
+            text=self.tokenizer.decode(text_ids, skip_special_tokens=True), token_ids=ids, logprobs=raw_row[:length],
+            finish_reason="stop" if stopped else "length",
+            extra={"sampling_logprobs": sample_row[:length], "prompt_token_ids": list(prompt)})

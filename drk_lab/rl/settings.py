@@ -37,6 +37,10 @@ class RolloutSettings:
     eval_kwargs: dict | None = None  # to drk_lab.harness.evaluate (device, correctness_trials, ...)
     max_workers: int | None = None
     shuffle_tasks: bool = True
+    # each turn generated in this many calls of whole groups, and generation overlapped with evaluation
+    # (agent/pipeline.py); the same samples and rewards either way: both change only when things run
+    waves: int = 1
+    pipelined: bool = False
 
 
 @dataclass(frozen=True)

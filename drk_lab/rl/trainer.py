@@ -242,7 +242,7 @@ class RLTrainer:
                 sampling=sampling, seed=self._seed(step, 1), feedback_tokens=r.feedback_tokens,
                 max_prompt_tokens=r.max_prompt_tokens, max_context_tokens=r.max_context_tokens,
                 system_prompt=r.system_prompt, force_responses=self.force_responses, max_workers=r.max_workers,
-                **(r.eval_kwargs or {}))
+                waves=r.waves, pipelined=r.pipelined, **(r.eval_kwargs or {}))
 
     def _micro_batches(self, index: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(index, self.settings.loss.micro_batch_size)) or [index]
