@@ -27,6 +27,7 @@ import functools
 import operator
 import os
 import sys
+import threading
 import types
 import weakref
 from itertools import chain, repeat
@@ -175,6 +176,8 @@ class Contents:
             t = type(obj)
             if issubclass(t, _OPAQUE) or issubclass(t, types.ModuleType):
                 continue  # immutable, or walked from sys.modules
+            if issubclass(t, threading.Thread):
+                continue  # a live thread changes its own attributes (tqdm's monitor); new threads retire (reuse.py)
             deeper = depth + 1
             if issubclass(t, dict):
                 add("dict", obj, path)
