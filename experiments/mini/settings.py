@@ -10,9 +10,10 @@ recipe is for; run.py applies it, then each --set, and writes the result to the 
 
 from __future__ import annotations
 
-import ast
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+
+from experiments.overrides import literal, read_overrides  # noqa: F401 (literal: the run scripts import it from here)
 
 CONFIG_DIR = Path(__file__).parent / "config"
 
@@ -158,29 +159,6 @@ def with_overrides(settings: MiniSettings, changes: dict) -> MiniSettings:
     return replace(settings, **groups, seed=changes.get("seed", settings.seed))
 
 
-def literal(text: str):
-    """A --set value: a Python literal, else the text itself (an advantage's name, say)."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def read_config(name_or_path: str) -> dict:
-    """The overrides of a config file, {"part.name": value}: `name` is config/<name>.py, or give a path.
-    Each statement must be `part.name = literal` (or `seed = literal`)."""
-    path = Path(name_or_path)
-    path = path if path.suffix == ".py" else CONFIG_DIR / f"{name_or_path}.py"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.py")))
-        raise FileNotFoundError(f"{name_or_path}: no such config (config/ holds {known})")
-    changes = {}
-    for node in ast.parse(path.read_text()).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-            changes[f"{target.value.id}.{target.attr}"] = ast.literal_eval(node.value)
-        elif isinstance(target, ast.Name) and target.id == "seed":
-            changes["seed"] = ast.literal_eval(node.value)
-        else:
-            raise ValueError(f"{path}:{node.lineno}: expected `part.name = literal`")
-    return changes
+    """The overrides of a config file, {"part.name": value}: `name` is config/<name>.py, or give a path."""
+    return read_overrides(name_or_path, CONFIG_DIR)

@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+
+from experiments.overrides import literal, read_overrides  # noqa: F401 (literal: the run scripts import it from here)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = Path(__file__).parent / "config"
@@ -121,27 +122,9 @@ def with_overrides(settings: ArmRunSettings, changes: dict) -> ArmRunSettings:
         for part in PARTS})
 
 
-def literal(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def read_config(name_or_path: str) -> dict:
-    """{"part.name": value} of config/<name>.py (or a path): one `part.name = literal` a statement."""
-    path = Path(name_or_path)
-    path = path if path.suffix == ".py" else CONFIG_DIR / f"{name_or_path}.py"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.py")))
-        raise FileNotFoundError(f"{name_or_path}: no such config (config/ holds {known})")
-    changes = {}
-    for node in ast.parse(path.read_text()).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
-            raise ValueError(f"{path}:{node.lineno}: expected `part.name = literal`")
-        changes[f"{target.value.id}.{target.attr}"] = ast.literal_eval(node.value)
-    return changes
+    """{"part.name": value} of config/<name>.py (or a path)."""
+    return read_overrides(name_or_path, CONFIG_DIR)
 
 
 def resolve(path: str) -> Path:
