@@ -437,7 +437,7 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     assert rl["steps_done"] == 2 and rl["resumed"]
     assert rl["seconds"] > first["seconds"] and rl["rl_seconds"] > first["rl_seconds"]  # both calls' time
     # the call's own --set is in the phase's JSON; settings.json keeps the run's first settings
-    assert rl["set"] == ["rl_steps=2", "rl_snapshot_step=2"]
+    assert rl["set"] == ["rl.steps=2", "rl.snapshot_step=2"]
     assert read(run_dir / "settings.json")["settings"]["rl"]["steps"] == 1
     # the snapshot of step 2, here the last step, holds the exported model's weights
     from safetensors.torch import load_file

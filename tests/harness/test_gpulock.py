@@ -77,10 +77,11 @@ def test_lock_log_shows_who_kept_timing_waiting(tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "_current", replace(settings.current(), lock_log=str(log)))
     ctx = mp.get_context("fork")  # the children see the patched settings
     events = ctx.Queue()
-    procs = [ctx.Process(target=hold, args=(str(tmp_path), False, 0.0, 0.6, events)),
+    procs = [ctx.Process(target=hold, args=(str(tmp_path), False, 0.0, 1.0, events)),
              ctx.Process(target=hold, args=(str(tmp_path), True, 0.2, 0.1, events))]
-    for p in procs:
-        p.start()
+    procs[0].start()
+    assert events.get(timeout=10)[0] == "got"  # the writer starts once the reader holds (a busy machine forks late)
+    procs[1].start()
     for p in procs:
         p.join(10)
     holds = [json.loads(line) for line in log.read_text().splitlines()]
@@ -90,5 +91,5 @@ def test_lock_log_shows_who_kept_timing_waiting(tmp_path, monkeypatch):
     spec.loader.exec_module(lock_report)
     summary = lock_report.report(holds)
     assert summary["exclusive_holds"] == 1
-    assert 0.3 < summary["exclusive_total_wait_s"] < 2.0  # asked at 0.2 s, got it when the reader left at 0.6 s
+    assert 0.3 < summary["exclusive_total_wait_s"] < 2.0  # asked 0.2 s into the read, got it when the reader left at 1 s
     assert 0.3 < summary["shared"]["?"]["blocked_exclusive_s"] <= summary["exclusive_total_wait_s"] + 0.01
