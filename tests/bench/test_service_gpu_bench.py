@@ -11,6 +11,8 @@ import pytest
 
 import drk_lab as drk
 
+pytestmark = pytest.mark.slow  # bench scripts run whole
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

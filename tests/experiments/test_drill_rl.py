@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # RL arms of the drills script
+
 pytest.importorskip("transformers")
 pytest.importorskip("trl")
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # whole smoke runs of the mini pipeline
+
 pytest.importorskip("transformers")
 pytest.importorskip("trl")
 pytest.importorskip("datasets")

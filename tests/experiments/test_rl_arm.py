@@ -19,6 +19,8 @@ pytest.importorskip("trl")
 
 import torch  # noqa: E402
 
+pytestmark = pytest.mark.slow  # RL steps of the arm, resumed in a fresh process
+
 REPO = Path(__file__).resolve().parents[2]
 
 # a child process: the arm's steps with sample 0's first reply forced to the teacher's (correct) kernel, so that

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from experiments.rl_arm.stats import compare, mcnemar, summary  # noqa: E402
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
 def test_mcnemar_by_hand():

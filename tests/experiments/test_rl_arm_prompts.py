@@ -18,7 +18,7 @@ from drk_lab.data.export import read_rl_tasks, read_rows  # noqa: E402
 from drk_lab.data.spec import TaskSpec  # noqa: E402
 from experiments.rl_arm import prompts as arm_prompts  # noqa: E402
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 ARM = REPO / "data" / "rl_arm"
 
 

@@ -18,6 +18,8 @@ import drk_lab as drk
 from drk_lab.harness import settings
 from drk_lab.harness.caller import configure
 
+pytestmark = pytest.mark.slow  # rounds of evaluations on warm workers
+
 # computes only the first half of the elements; the rest stay zero
 WRONG = ("n_elements = x.numel()", "n_elements = x.numel() // 2", "torch.empty_like(x)", "torch.zeros_like(x)")
 # a poison acts only in later jobs (each runs in a folder of its own): the poisoner itself is judged fairly

@@ -17,6 +17,8 @@ from drk_lab.harness.protocol import Job, new_key, signed
 from drk_lab.harness.reuse import WorldState
 from drk_lab.harness.supervisor import WorkerWatch
 
+pytestmark = pytest.mark.slow  # a zygote and warm workers per test
+
 
 def take_world() -> WorldState:
     """Taken inside the test: pytest changes PYTEST_CURRENT_TEST between a fixture and the test."""

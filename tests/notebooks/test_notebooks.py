@@ -7,6 +7,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.slow  # every notebook under papermill
+
 papermill = pytest.importorskip("papermill")
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

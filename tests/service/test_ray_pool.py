@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+pytestmark = pytest.mark.slow  # a Ray cluster per test
+
 
 @triton.jit
 def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):

@@ -22,6 +22,8 @@ import httpx  # noqa: E402
 import drk_lab as drk  # noqa: E402
 from drk_lab.service.client import ServiceClient, ServiceError  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real servers and hundreds of requests
+
 TOKEN = "test-token-0123456789abcdef"
 VOLATILE = {"worker_pid", "worker_job", "eval_seconds", "stage_seconds", "trial_seconds", "stdout"}
 
