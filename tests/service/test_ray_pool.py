@@ -16,13 +16,13 @@ from drk_lab.service import ray_pool  # noqa: E402
 from drk_lab.service.jobs import JobRunner  # noqa: E402
 from drk_lab.service.store import Store  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Ray cluster per test
+
 SLEEPY = """
 import time
 import torch
 import triton
 import triton.language as tl
-
-pytestmark = pytest.mark.slow  # a Ray cluster per test
 
 
 @triton.jit
