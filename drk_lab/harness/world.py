@@ -33,6 +33,7 @@ import weakref
 from itertools import chain, repeat
 
 MAX_DEPTH = 4
+CHUNK = 256  # objects per pass chunk (see Contents.refreshed)
 # caches that honest jobs fill, put back as they were after each job: (module, attribute) of a dict, list
 # or set, "*" for that attribute in every module. Each holds what its own code recomputes on a miss.
 RESTORED = {
@@ -66,52 +67,56 @@ def _instance_dict(obj):
     return found if type(found) is dict else None
 
 
-def _ids(items) -> list[int]:
-    return list(map(id, items))
+# What each kind of recorded object holds, computed for many objects at once (and for one, to find which one
+# changed): the objects that must still be there, compared by identity, and the plain values that must be
+# equal. Identity is compared with operator.is_, not id(): id() raises an audit event, and the worker's
+# audit hooks (guard.py) would run on each of the million calls.
+def _dict_pass(dicts):  # all keys, then all values (no pair is built)
+    return list(chain(chain.from_iterable(map(dict.keys, dicts)), chain.from_iterable(map(dict.values, dicts)))), []
 
 
-# what each kind of recorded object holds, as a flat list of identities per object, computed for many
-# objects at once; and the same for one object, to find which one changed
-def _dict_ids(dicts):  # all keys, then all values (no pair is built)
-    return _ids(chain(chain.from_iterable(map(dict.keys, dicts)), chain.from_iterable(map(dict.values, dicts))))
-
-
-def _class_ids(classes):
+def _class_pass(classes):
     namespaces = list(map(vars, classes))
-    return _ids(chain(chain.from_iterable(map(_KEYS, namespaces)), chain.from_iterable(map(_VALUES, namespaces))))
+    return list(chain(chain.from_iterable(map(_KEYS, namespaces)), chain.from_iterable(map(_VALUES, namespaces)))), []
 
 
 _KEYS, _VALUES = operator.methodcaller("keys"), operator.methodcaller("values")
 
 
-def _seq_ids(seqs):
-    return _ids(chain.from_iterable(map(list, seqs)))
+def _seq_pass(seqs):
+    return list(chain.from_iterable(map(list, seqs))), []
 
 
-def _function_ids(functions):  # code, defaults, keyword defaults, attribute dict, and how many attributes
+def _function_pass(functions):  # code, defaults, keyword defaults, attribute dict; how many attributes
     dicts = list(map(_get, functions, repeat("__dict__")))
-    return _ids(chain(map(_CODE, functions), map(_DEFAULTS, functions), map(_KWDEFAULTS, functions), dicts)) + \
+    return list(chain(map(_CODE, functions), map(_DEFAULTS, functions), map(_KWDEFAULTS, functions), dicts)), \
         list(map(len, dicts))
 
 
 _CODE, _DEFAULTS, _KWDEFAULTS = (operator.attrgetter(name) for name in ("__code__", "__defaults__", "__kwdefaults__"))
 
 
-def _cell_ids(cells):
-    return _ids(map(operator.attrgetter("cell_contents"), cells))
+def _cell_pass(cells):
+    return list(map(operator.attrgetter("cell_contents"), cells)), []
 
 
-def _instance_ids(objects):
-    return _ids(chain.from_iterable(zip(map(type, objects), map(_instance_dict, objects))))
+def _instance_pass(objects):
+    return list(chain.from_iterable(zip(map(type, objects), map(_instance_dict, objects)))), []
 
 
-def _weak_ids(objects):
-    return _ids(chain.from_iterable(chain.from_iterable(o.items()) if type(o) in _WEAK_MAPPINGS else list(o)
-                                    for o in objects))
+def _weak_pass(objects):
+    return list(chain.from_iterable(chain.from_iterable(o.items()) if type(o) in _WEAK_MAPPINGS else list(o)
+                                    for o in objects)), []
 
 
-_PASSES = {"dict": _dict_ids, "class": _class_ids, "seq": _seq_ids, "set": _seq_ids, "function": _function_ids,
-           "cell": _cell_ids, "instance": _instance_ids, "weak": _weak_ids, "bytes": lambda objs: list(map(bytes, objs))}
+_PASSES = {"dict": _dict_pass, "class": _class_pass, "seq": _seq_pass, "set": _seq_pass, "function": _function_pass,
+           "cell": _cell_pass, "instance": _instance_pass, "weak": _weak_pass,
+           "bytes": lambda objs: ([], list(map(bytes, objs)))}
+
+
+def _same(now: tuple[list, list], then: tuple[list, list]) -> bool:
+    """Two passes agree: the same objects in the same places, and equal values."""
+    return len(now[0]) == len(then[0]) and all(map(operator.is_, now[0], then[0])) and now[1] == then[1]
 
 
 class Contents:
@@ -128,10 +133,28 @@ class Contents:
     def refreshed(self) -> Contents:
         """Record what the objects hold now (also for a process forked from the one that walked, which has
         changed only a few plain values since: CPU workers, before their first job). `held` keeps each
-        object's items alive, so that no identity is reused while we compare."""
-        self.held = {kind: [_held(kind, o) for o in objects] for kind, objects in self.objects.items()}
-        self.saved = {kind: self._pass(kind) for kind in self.objects}
-        self.restored = self._restored()
+        object's items alive, so that no identity is reused while we compare. Only the chunks whose pass
+        differs from the last record are recorded again object by object (in a forked worker one or two of
+        hundreds: the per-object records cost seconds, the passes a fraction of that); the same identities
+        of items held alive all along are the same items."""
+        before = getattr(self, "saved", None)
+        if before is None:
+            self.held = {kind: [_held(kind, o) for o in objects] for kind, objects in self.objects.items()}
+            self.saved = {kind: self._pass(kind) for kind in self.objects}
+            self.restored = self._restored()
+            return self
+        now, changed = {kind: self._pass(kind) for kind in self.objects}, set()
+        for kind, chunks in now.items():
+            objects, held = self.objects[kind], self.held[kind]
+            for i, (chunk, saved) in enumerate(zip(chunks, before[kind])):
+                if not _same(chunk, saved):  # held first, then the pass again: nothing they hold is freed in between
+                    span = slice(i * CHUNK, (i + 1) * CHUNK)
+                    held[span] = [_held(kind, o) for o in objects[span]]
+                    chunks[i] = _PASSES[kind](objects[span])
+                    changed.add(kind)
+        self.saved = now
+        if {"dict", "seq", "set", "class"} & changed:
+            self.restored = self._restored()
         return self
 
     def _restored(self) -> list[tuple[str, object, list]]:
@@ -149,8 +172,10 @@ class Contents:
                     found.append(("no warnings", obj, (None, None)))  # a module namespace: no registry may appear
         return found
 
-    def _pass(self, kind: str):
-        return _PASSES[kind](self.objects[kind])
+    def _pass(self, kind: str) -> list[tuple[list, list]]:
+        """The kind's pass, chunk by chunk (CHUNK objects each), so that a difference is found in its chunk."""
+        objects, flat = self.objects[kind], _PASSES[kind]
+        return [flat(objects[i:i + CHUNK]) for i in range(0, len(objects), CHUNK)]
 
     def _walk(self) -> None:
         # compared apart (reuse.py): the modules (honest jobs import more of torch), the environment (each job
@@ -244,25 +269,27 @@ class Contents:
     def differences(self, limit: int = 5) -> list[str]:
         """What differs from the snapshot, at most `limit` objects (empty: nothing)."""
         found = []
-        for kind, objects in self.objects.items():
+        for kind in self.objects:
             try:
-                if self._pass(kind) == self.saved[kind]:
-                    continue
-            except ValueError:  # a closure cell was emptied
-                pass
-            found += self._which(kind, limit - len(found))
-            if len(found) >= limit:
-                break
+                now = self._pass(kind)
+            except ValueError:  # a closure cell was emptied: look at every chunk
+                now = None
+            for i, saved in enumerate(self.saved[kind]):
+                if now is None or not _same(now[i], saved):
+                    found += self._which(kind, slice(i * CHUNK, (i + 1) * CHUNK), limit - len(found))
+                    if len(found) >= limit:
+                        return found
         return found
 
-    def _which(self, kind: str, limit: int) -> list[str]:
+    def _which(self, kind: str, span: slice, limit: int) -> list[str]:
         found = []
-        for obj, path, (before, items) in zip(self.objects[kind], self.paths[kind], self.held[kind]):
+        for obj, path, (before, items) in zip(self.objects[kind][span], self.paths[kind][span], self.held[kind][span]):
             try:
                 after, now = _held(kind, obj)
             except ValueError:
                 after, now = None, None
-            if after == before or kind == "set" and after is not None and set(after) == set(before):
+            if after is not None and (_same(after, before) or kind == "set" and len(after[0]) == len(before[0])
+                                      and set(map(id, after[0])) == set(map(id, before[0]))):
                 continue
             found += _changes(kind, _path_text(path), items, now)
             if len(found) >= limit:
@@ -271,10 +298,10 @@ class Contents:
 
     def restore(self) -> None:
         """Put back the objects that honest jobs change on their own (see _restored)."""
-        for kind, obj, (ids, held) in self.restored:
+        for kind, obj, (held_pass, held) in self.restored:
             if kind == "no warnings":
                 obj.pop("__warningregistry__", None)
-            elif _held(kind, obj)[0] != ids:
+            elif not _same(_held(kind, obj)[0], held_pass):
                 if kind == "dict":
                     dict.clear(obj)
                     dict.update(obj, held)
@@ -309,28 +336,16 @@ def _module_attribute(path) -> tuple[str, str | None]:
     return path[0], attribute if isinstance(attribute, str) or attribute is None else None
 
 
-def _held(kind: str, obj) -> tuple[list, object]:
-    """What one object holds: the identities compared (its items' keys then values for dicts and classes),
-    and the items themselves (kept alive; put back by restore())."""
+def _held(kind: str, obj) -> tuple[tuple[list, list], object]:
+    """What one object holds: its pass (as _PASSES makes for many) and the items themselves (kept alive, so
+    that no identity is reused while we compare; put back by restore())."""
     if kind in ("dict", "class"):
         items = list(dict.items(obj) if kind == "dict" else vars(obj).items())
-        return [id(k) for k, _ in items] + [id(v) for _, v in items], items
-    if kind in ("seq", "set"):
-        items = list(obj)
-        return list(map(id, items)), items
-    if kind == "function":
-        attributes = _get(obj, "__dict__")
-        items = (obj.__code__, obj.__defaults__, obj.__kwdefaults__, attributes)
-        return list(map(id, items)) + [len(attributes)], items
-    elif kind == "instance":
-        items = (type(obj), _instance_dict(obj))
-    elif kind == "cell":
-        items = (obj.cell_contents,)
-    elif kind == "weak":
-        items = tuple(chain.from_iterable(obj.items())) if type(obj) in _WEAK_MAPPINGS else tuple(obj)
-    else:
-        return [bytes(obj)], None
-    return list(map(id, items)), items
+        return ([k for k, _ in items] + [v for _, v in items], []), items
+    if kind == "bytes":
+        return ([], [bytes(obj)]), None
+    one = _PASSES[kind]([obj])
+    return one, one[0]
 
 
 def _restore_class(cls, held: dict) -> None:

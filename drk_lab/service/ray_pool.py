@@ -62,8 +62,16 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        return
+    # Ray waits a fixed 30 s for its raylet to register; on a busy small machine that start can miss it once
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception as error:
+            if "timed out during startup" not in str(error) or attempt == 2:
+                raise
+            ray.shutdown()
 
 
 def ran_on(index: int, info: dict) -> str:

@@ -53,6 +53,7 @@ writes <phase>.json beside the run's settings.json, and results.json sums the ru
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -111,19 +112,26 @@ def machine() -> str:
 
 def rl_rows(args, split: str | None):
     """(spec, task, row) of the RL prompt set's `split` (None: both)."""
-    from drk_lab.data.export import read_rl_tasks
-
     if not Path(args.rl_data).is_file():
         raise UsageError(f"--rl-data {args.rl_data}: no such file (the RL prompt set from `drk data rl`)")
-    return read_rl_tasks(args.rl_data, split=split)
+    return list(read_rl_split(str(args.rl_data), split))
 
 
-def rl_items(args, split: str, limit: int | None, settings: MiniSettings) -> list:
-    """(spec, task) pairs of `split` in a seeded order, the first `limit` (None: all; small sizes on a CPU)."""
+@functools.cache
+def read_rl_split(path: str, split: str | None) -> tuple:
+    """Read once per process: a phase asks for the same split several times, and each read parses every reference."""
+    from drk_lab.data.export import read_rl_tasks
+
+    return tuple(read_rl_tasks(path, split=split))
+
+
+def rl_items(args, split: str, limit: int | None, settings: MiniSettings, small: bool = True) -> list:
+    """(spec, task) pairs of `split` in a seeded order, the first `limit` (None: all; small sizes on a CPU
+    unless small=False, for callers that read only the specs)."""
     items = [(spec, task) for spec, task, _ in rl_rows(args, split)]
     random.Random(settings.seed).shuffle(items)
     items = items if limit is None else items[:limit]
-    return [(spec, task.small()) for spec, task in items] if device_name() == "cpu" else items
+    return [(spec, task.small()) for spec, task in items] if small and device_name() == "cpu" else items
 
 
 def rl_tasks(args, split: str, limit: int | None, settings: MiniSettings) -> list:
@@ -144,7 +152,8 @@ def reads_the_task(args, settings, model_dir: Path) -> dict:
     parts = {part: teacher_forced_replies(model, tokenizer, [spec for spec, _ in rl_items(args, split, limit, settings)])
              for part, split, limit in (("heldout", "heldout", settings.eval.heldout),
                                         ("seen", "train", settings.eval.seen)) if limit != 0}
-    headed = [spec for spec, _ in rl_items(args, "heldout", None, settings) if spec.head and chain_wanted(spec)]
+    headed = [spec for spec, _ in rl_items(args, "heldout", None, settings, small=False)
+              if spec.head and chain_wanted(spec)]
     headed = headed[: settings.eval.heldout]
     if headed:
         parts["heldout_drills"] = teacher_forced_drills(model, tokenizer, headed)
