@@ -45,6 +45,7 @@ def table_row(text: str, first_cells: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
+@pytest.mark.slow
 def test_scripted_policy_run_in_a_subprocess(tmp_path, relu_files, relu_solution):
     folder, wrong = relu_files
     out = tmp_path / "runs" / "scripted.jsonl"
@@ -75,6 +76,7 @@ def test_scripted_policy_run_in_a_subprocess(tmp_path, relu_files, relu_solution
     assert main(["eval", "--tasks", str(RELU_TASK), "--policy", f"scripted:{folder}", "--out", str(out)]) == 2
 
 
+@pytest.mark.slow
 def test_evolve_policy_two_turns(tmp_path, capsys):
     out = tmp_path / "evolve.jsonl"
     rc = main(["eval", "--tasks", "builtin:1", "--limit", "1", "--policy", "evolve", "--turns", "2",
@@ -235,6 +237,7 @@ def test_cuda_on_a_machine_without_it(tmp_path, relu_solution, capsys):
         drk.evaluate(task, relu_solution, device="tpu")
 
 
+@pytest.mark.slow
 def test_a_mistake_in_a_real_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "drk_lab.cli", "eval", str(RELU_TASK), "missing.py"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -242,6 +245,7 @@ def test_a_mistake_in_a_real_process(tmp_path):
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "drk eval: CODE_FILE missing.py: no such file\n")
 
 
+@pytest.mark.slow
 def test_tasks_lists_the_rest_and_reports_a_broken_file(tmp_path):
     pytest.importorskip("transformers")
     folder = tmp_path / "tasks"
@@ -337,6 +341,7 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_evaluation_ends_everything_in_one_line(tmp_path):
     """SIGINT to `drk eval` on a candidate that never returns: exit 130 within 2 s, one line, no process left."""
     import signal

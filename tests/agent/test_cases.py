@@ -27,6 +27,7 @@ def measured():
     return measure_case("layernorm", device="cpu")  # one evaluation per turn, at the task's small sizes
 
 
+@pytest.mark.slow
 def test_the_case_lives_under_data(measured):
     assert CASES_DIR == DATA_DIR / "cases"
     task = case_task("layernorm")
@@ -110,6 +111,7 @@ for turn in (2, 3):
 """
 
 
+@pytest.mark.slow
 def test_rows_longer_than_the_block_are_looped_over_correctly():
     """The harness's small sizes fit one block; this runs the kernels (autotune bypassed) on longer rows."""
     code = LOOP_CHECK.format(folder=str(CASES_DIR / "layernorm"))

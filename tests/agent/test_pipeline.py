@@ -65,6 +65,7 @@ def advantages(r, pad):
                                            batch.exists, "trloo")
 
 
+@pytest.mark.slow
 def test_both_modes_give_the_same_samples_rewards_and_advantages(both, policy):
     sync, piped = both
     assert len(sync.trajectories) == len(piped.trajectories) == 6 and sync.group == piped.group
@@ -86,6 +87,7 @@ def test_both_modes_give_the_same_samples_rewards_and_advantages(both, policy):
         assert sync.stats[key] == piped.stats[key], key
 
 
+@pytest.mark.slow
 def test_pipelined_mode_generates_while_evaluations_run(both):
     sync, piped = both
     for r in (sync, piped):
@@ -98,6 +100,7 @@ def test_pipelined_mode_generates_while_evaluations_run(both):
     assert sync_split["overlap_s"] == 0  # the synchronous mode: one phase after another
 
 
+@pytest.mark.slow
 def test_finished_rows_are_handed_over_while_the_rest_decodes(policy):
     prompts = [TokenPrompt(policy.prompt_ids([{"role": "user", "content": f"task {k}"}])) for k in range(5)]
     seen = []
@@ -134,6 +137,7 @@ def test_timing_guard_is_the_harness_lock_only_where_timing_runs():
     assert GPU_LOCK_DIR == Sandbox("cpu").lock_dir
 
 
+@pytest.mark.slow
 def test_the_static_sampler_hands_over_each_row_as_it_stops(tiny_path):
     """Rows that stop (here: one token in 30 of the vocabulary stops a row) are handed over every 8 tokens while
     the others decode; every completion is the one the plain call returns."""

@@ -35,6 +35,7 @@ def rl_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_rl_prompt_set_round_trips_and_feeds_the_rl_prompt_path(rl_dir):
     rows = read_rows(rl_dir / "prompts.parquet")
     assert rows == read_rows(rl_dir / "prompts.jsonl.gz") and len(rows) == 24
@@ -61,6 +62,7 @@ def sft_run(rl_dir, tmp_path_factory):
     return out, proc
 
 
+@pytest.mark.slow
 def test_sft_command_makes_rows_the_sft_code_loads(rl_dir, sft_run):
     out, proc = sft_run
     assert "2/2" in proc.stderr
@@ -79,6 +81,7 @@ def test_sft_command_makes_rows_the_sft_code_loads(rl_dir, sft_run):
     assert json.loads((out / "summary.json").read_text())["run"]["skipped_done"] == 2
 
 
+@pytest.mark.slow
 def test_the_sft_trainer_takes_the_rows_and_trains_on_the_teachers_turns(sft_run, tmp_path):
     pytest.importorskip("trl")
     from drk_lab.rl.sft import run_sft
@@ -95,6 +98,7 @@ def test_the_sft_trainer_takes_the_rows_and_trains_on_the_teachers_turns(sft_run
         assert row["messages"][0]["content"][:200] not in trained and "CORRECT:" not in trained
 
 
+@pytest.mark.slow
 def test_repair_rows_load_beside_the_sft_set_and_train_only_on_the_fix(rl_dir, sft_run, tmp_path):
     """`--repairs --skip 2`: other tasks than sft_run's, each a planted bug and its fix; both files load as one
     set, and the SFT collator's labels hold the fix but not the buggy reply."""
@@ -195,6 +199,7 @@ def test_sft_on_cuda_without_cuda_is_one_line(tmp_path, capsys):
     assert err.startswith("drk data: --device cuda") and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_tasks_command_writes_loadable_files(tmp_path):
     proc = drk("tasks", "--n", "6", "--seed", "1", "--out", str(tmp_path / "gen"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

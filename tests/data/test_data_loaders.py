@@ -258,6 +258,7 @@ def test_kernelbook_sft_rows_hold_the_prompt_and_an_extractable_answer(book):
     assert "python_code" not in row and "triton_code" not in row
 
 
+@pytest.mark.slow
 def test_a_recovered_task_evaluates_with_its_answer(tmp_path):
     book = kernelbook_pairs(write(KERNELBOOK_ROWS[:1], tmp_path / "one.jsonl"))
     code, _ = extract_code(book.sft_rows[0]["messages"][1]["content"])

@@ -38,6 +38,7 @@ def small_tasks():
     return {kind: validate(spec).small() for kind, spec in SPECS.items()}
 
 
+@pytest.mark.slow
 def test_teacher_solutions_pass_the_harness_in_interpreter_mode(small_tasks):
     pairs = [(small_tasks[kind], solution(spec, turn)) for kind, spec in SPECS.items() for turn in (1, 2, 3)]
     results = drk.evaluate_many(pairs, max_in_flight=2, device="cpu", correctness_trials=2, progress=False)
@@ -68,6 +69,7 @@ def test_chain_written_reads_the_teachers_operators_back():
     assert swapped != right and chain_written(swapped) != chain_wanted(SPECS["conv_chain"])
 
 
+@pytest.mark.slow
 def test_a_two_turn_trajectory_carries_kernel_envs_feedback(tmp_path, small_tasks):
     items = [(SPECS[k], small_tasks[k]) for k in ("elementwise", "conv_chain")]
     stats = run_teacher(items, tmp_path, turns=2, jobs=2, progress=False, device="cpu", correctness_trials=2)
@@ -96,6 +98,7 @@ def test_a_two_turn_trajectory_carries_kernel_envs_feedback(tmp_path, small_task
     assert again["skipped_done"] == 2 and again["run"] == 0
 
 
+@pytest.mark.slow
 def test_a_run_spread_over_several_devices_writes_one_file_each(tmp_path, small_tasks):
     items = [(SPECS[k], small_tasks[k]) for k in ("elementwise", "normalisation", "matmul_chain")]
     stats = run_teacher(items, tmp_path, turns=1, jobs=1, progress=False, devices=["cpu", "cpu"], correctness_trials=1)

@@ -37,6 +37,7 @@ def slow_copy(task: Task) -> Task:
     return Task("slow_" + task.name, source, small_sizes=dict(task.small_sizes))
 
 
+@pytest.mark.slow
 def test_a_slow_trajectory_does_not_hold_back_the_other_slot(tmp_path):
     fast_specs = [SPECS["elementwise"], TaskSpec(1, None, ("relu",), "float32", ROWS, ROWS_SMALL)]
     fast = [(spec, validate(spec).small()) for spec in fast_specs]
@@ -54,6 +55,7 @@ def test_a_slow_trajectory_does_not_hold_back_the_other_slot(tmp_path):
     assert all(t.turns[0].feedback == format_feedback(t.turns[0].result, request=True) for t in written)
 
 
+@pytest.mark.slow
 def test_the_time_limit_starts_no_trajectory_that_would_end_after_it(tmp_path):
     fast_spec = SPECS["elementwise"]
     slow = (fast_spec, slow_copy(validate(fast_spec).small()))

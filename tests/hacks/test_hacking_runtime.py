@@ -295,6 +295,7 @@ def test_kernels_off_check_is_inconclusive_where_the_answer_for_other_inputs_wou
     assert INCONCLUSIVE in r.notes
 
 
+@pytest.mark.slow
 def test_kernels_off_check_sees_new_memory_filled_not_a_freed_intermediate(tmp_path):
     """Sigmoid, then GELU, then ELU: the ELU is the identity on its (positive) input, so the reference's
     freed intermediate before it holds the answer, and torch.empty in the switched-off forward handed it
@@ -316,6 +317,7 @@ for seed in range(3):
     assert proc.stdout.split("\n")[:3] == [f"{seed} True []" for seed in range(3)], proc.stdout
 
 
+@pytest.mark.slow
 def test_kernels_off_check_leaves_no_copy_of_the_answer_in_freed_memory():
     """The zero-tolerance test runs after the kernels-off call: run before it, its temporaries (|ref|,
     which is the answer for a ReLU + L2-norm output) were freed, handed back by torch.empty to the

@@ -15,6 +15,7 @@ from drk_lab.quickstart import load_variants
 CPU_VARIANTS = [v for v in load_variants() if v.device is None]
 
 
+@pytest.mark.slow
 def test_every_builtin_solution_passes_at_small_size(tasks):
     pairs = [(t.small(), drk.builtin_solution(t)) for t in tasks.values()]
     results = drk.evaluate_many(pairs, device="cpu", progress=False)
@@ -46,7 +47,8 @@ def eval_dirs() -> set[str]:
     return {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("drk_eval_")}
 
 
-@pytest.mark.parametrize("variant", CPU_VARIANTS, ids=[v.name for v in CPU_VARIANTS])
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v.name in ("sleeps", "hang") else v
+                                     for v in CPU_VARIANTS], ids=[v.name for v in CPU_VARIANTS])
 def test_variant_is_classified_and_the_next_evaluation_is_right(variant, tasks, relu_small, relu_solution):
     task = tasks[variant.task].small()
     before = eval_dirs()
@@ -135,6 +137,7 @@ def test_every_trial_must_pass(relu_small, relu_solution):
     assert result.error_kind == "mismatch" and result.trials == 1 and "trial 1" in result.error
 
 
+@pytest.mark.slow
 def test_spawn_isolation_gives_the_same_verdicts(relu_small, relu_solution):
     good = drk.evaluate(relu_small, relu_solution, device="cpu", isolation="spawn")
     assert good.ok
@@ -163,6 +166,7 @@ def test_static_checks_read_the_syntax_tree(code, expected):
     assert (found[0] if found else None) == expected
 
 
+@pytest.mark.slow
 def test_a_long_tmpdir_still_works(tmp_path):
     long_tmp = tmp_path / ("x" * 60) / ("y" * 60)  # the zygote's unix socket path would pass 108 bytes
     long_tmp.mkdir(parents=True)
@@ -173,6 +177,7 @@ def test_a_long_tmpdir_still_works(tmp_path):
     assert proc.stdout.strip().splitlines()[-1:] == ["True"], proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_workers_do_not_see_the_callers_secrets(monkeypatch, relu_small, relu_solution):
     """A candidate may print its environment, and what it prints reaches the model: no keys in it."""
     monkeypatch.setenv("DRK_TEST_API_KEY", "sekrit-123")

@@ -151,6 +151,7 @@ def interpreted(tmp_path_factory):
     return json.loads(line[4:])
 
 
+@pytest.mark.slow
 def test_counts_plain_autotuned_and_heuristics_kernels(interpreted):
     assert interpreted["patched_inside"] is True
     assert interpreted["counts"] == {"fill_kernel": 3, "tuned_kernel": 1, "heuristic_kernel": 1}
@@ -369,6 +370,7 @@ def test_ncu_absent_gives_reason(tmp_path, monkeypatch):
     assert ",".join(NCU_METRICS) in cmd
 
 
+@pytest.mark.slow
 def test_ncu_script_runs_the_candidate(tmp_path, tasks):
     import drk_lab as drk
 

@@ -3,6 +3,8 @@ and that the worker compares a candidate there (and stands aside when the refere
 
 import textwrap
 
+import pytest
+
 import drk_lab as drk
 from drk_lab.harness.shapes import OtherShape, meta_run, other_shape, sizes_read_by_the_model
 from drk_lab.harness.task import task_from_source
@@ -109,6 +111,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_worker_checks_the_other_shape_and_stands_aside_when_the_reference_fails_there():
     task = make_task(ELEMENTWISE)
     assert drk.evaluate(task, RELU_CANDIDATE, device="cpu", correctness_trials=2).ok

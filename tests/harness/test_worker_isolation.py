@@ -116,11 +116,13 @@ def small_scratch():
     drk.configure(scratch_bytes=1 << 30)
 
 
+@pytest.mark.slow
 def test_a_file_over_the_limit_cannot_be_written(relu_small, small_scratch):
     result = drk.evaluate(relu_small, HEADER.format(setup=ONE_BIG_FILE), device="cpu", hack_checks=False)
     assert result.correct and "FSIZE_BLOCKED" in result.stdout and "File too large" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_folder_over_the_limit_ends_the_evaluation(relu_small, small_scratch):
     result = drk.evaluate(relu_small, HEADER.format(setup=MANY_FILES), device="cpu", hack_checks=False)
     assert result.error_kind == "oom" and "the job's folder passed its 2 MiB limit" in result.error

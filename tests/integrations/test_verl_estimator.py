@@ -208,6 +208,7 @@ def test_rollout_correction_thresholds_in_numbers():
         rollout_correction(lower=1.1)
 
 
+@pytest.mark.slow
 def test_recipe_command_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = [sys.executable, "-m", "drk_lab.integrations.verl_recipe"]

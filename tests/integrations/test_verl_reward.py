@@ -44,6 +44,7 @@ def reply(code: str) -> str:
     return f"Here is a faster kernel.\n\n```python\n{code}```\n"
 
 
+@pytest.mark.slow
 def test_correct_wrong_and_hacked_candidates_through_the_service(server, relu):
     before = server["jobs"]()
     scores = {name: compute_score("drk_lab", reply(relu[name]), relu["task"], {"task_name": "01_relu"},

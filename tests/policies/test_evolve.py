@@ -200,6 +200,7 @@ def test_conversation_feedback_when_observe_is_never_called():
         policy.generate([[{"role": "user", "content": "an unknown task"}]])
 
 
+@pytest.mark.slow
 def test_mutants_pass_the_real_harness_on_cpu():
     tasks = {f"level{t.level}/{t.name}": t for t in drk.builtin_tasks()}
     rng = random.Random(11)

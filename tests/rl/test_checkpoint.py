@@ -37,6 +37,7 @@ def take_an_update(t: RLTrainer) -> None:
     t.state.step += 1
 
 
+@pytest.mark.slow
 def test_state_round_trips_exactly_in_parts(tiny_path, relu_small, tmp_path):
     a = trainer(tiny_path, relu_small)
     take_an_update(a)

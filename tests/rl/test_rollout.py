@@ -40,6 +40,7 @@ def rollout(policy, relu_small, relu_solution):
                             force_responses=force, **EVAL)
 
 
+@pytest.mark.slow
 def test_turn_prompts_are_the_earlier_tokens_plus_environment_tokens(rollout, tiny):
     _, tokenizer = tiny
     assert [len(t) for t in rollout.tokens] == [2, 2] and rollout.group == [0, 0]

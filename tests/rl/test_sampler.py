@@ -43,6 +43,7 @@ def prompts_of(tokenizer) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
+@pytest.mark.slow
 def test_greedy_tokens_are_the_trainers_argmax_and_logprobs_match(tiny):
     model, tokenizer = tiny
     prompts = prompts_of(tokenizer)
@@ -152,6 +153,7 @@ def test_models_of_another_layout_are_refused(tiny):
         StaticCachePolicy(gpt2, tokenizer)
 
 
+@pytest.mark.slow
 def test_an_rl_step_with_the_static_sampler_has_no_mismatch(tiny_path, relu_small, relu_solution):
     from drk_lab.rl.rollout import solution_replies
 
@@ -164,6 +166,7 @@ def test_an_rl_step_with_the_static_sampler_has_no_mismatch(tiny_path, relu_smal
     assert trainer.schedule() == episode_schedule(2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["static", "loop"])
 def test_rl_at_another_temperature_records_and_scores_the_tempered_model(tiny_path, relu_small, sampler):
     """At temperature 0.7 the rollouts' recorded log-probs are those of softmax(logits / 0.7), sampled and

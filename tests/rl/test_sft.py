@@ -172,6 +172,7 @@ def assistant_nll(model, tokenizer, rows) -> float:
     return total / count
 
 
+@pytest.mark.slow
 def test_one_full_sft_step_trains_on_assistant_tokens(tiny_path, cold_start, tmp_path):
     _, rows, data = cold_start
     before, tokenizer = load_tiny(tiny_path)
@@ -186,6 +187,7 @@ def test_one_full_sft_step_trains_on_assistant_tokens(tiny_path, cold_start, tmp
     assert all(torch.equal(p, after[n].detach().cpu()) for n, p in saved.named_parameters())
 
 
+@pytest.mark.slow
 def test_sft_stopped_by_a_time_limit_resumes_to_the_same_model(tiny_path, cold_start, tmp_path):
     """A run stopped at its time limit leaves a checkpoint and no model; resumed, it ends where one
     uninterrupted run does, to the bit on a CPU (data position, optimizer, schedule and RNG restored)."""
@@ -208,6 +210,7 @@ def test_sft_stopped_by_a_time_limit_resumes_to_the_same_model(tiny_path, cold_s
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
+@pytest.mark.slow
 def test_one_lora_step_changes_only_the_adapter(tiny_path, cold_start, tmp_path):
     _, _, data = cold_start
     model, _ = load_tiny(tiny_path)

@@ -117,6 +117,7 @@ def test_lr_schedule_warmup_and_cosine():
 # -- the trainer on the tiny model ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gradient_reaches_only_logits_that_predict_model_tokens(tiny_path, relu_small):
     model, tokenizer = load_tiny(tiny_path)
     policy = TransformersPolicy(model, tokenizer, device="cpu", max_new_tokens=6)
@@ -159,6 +160,7 @@ REQUIRED = ["step", "lr", "loss", "reward_mean", "reward_mean/turn_1", "reward_m
             "time/generation_s", "time/evaluation_s", "time/training_s"]
 
 
+@pytest.mark.slow
 def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, relu_small, relu_solution, tmp_path):
     force = force_solution(relu_solution)
     first = RLTrainer(str(tiny_path), [relu_small], **settings(tmp_path, checkpoint_every=1), force_responses=force)
@@ -201,6 +203,7 @@ def test_steps_change_weights_log_and_resume_repeats_the_next_step(tiny_path, re
     assert all(torch.allclose(final[k], end[k], atol=1e-7) for k in end)
 
 
+@pytest.mark.slow
 def test_one_optimizer_step_moves_each_turn_the_way_its_advantage_points(tiny_path, relu_small, relu_solution,
                                                                        tmp_path):
     """Through the trainer's own pipeline (rollout, batch, filters, advantages, loss, AdamW): after one
@@ -237,6 +240,7 @@ def test_an_unknown_advantage_is_refused(tiny_path, relu_small, relu_solution, t
         trainer.advantages(batch, valid)
 
 
+@pytest.mark.slow
 def test_kl_penalty_pulls_a_drifted_policy_back_when_every_advantage_is_zero(tiny_path, relu_small, tmp_path):
     """A group whose samples all fail alike has zero advantages: the policy gradient holds nothing then, and
     only the KL penalty moves the policy, towards the model the run started from (a frozen copy, kept

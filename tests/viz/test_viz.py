@@ -139,6 +139,7 @@ def test_outcome_chart_stacks_each_checkpoints_shares():
     assert list(fig.data[0].customdata) == [2, 1]
 
 
+@pytest.mark.slow
 def test_save_figure_writes_html_and_png(tmp_path):
     fig = go.Figure(go.Bar(x=["a"], y=[1.0]))
     paths = plots.save_figure(fig, "bars", folder=tmp_path / "figs")
@@ -296,6 +297,7 @@ def test_live_table_shows_each_nth_steps_groups(tmp_path, capsys):
     assert "step 2: sampled completions" in out and out.count(relu_trajectory().task) >= 2
 
 
+@pytest.mark.slow
 def test_saved_html_figures_work_offline_and_are_written_the_same_twice(tmp_path):
     """plotly.js from a file beside (no CDN: cluster nodes are offline), the div id from the name."""
     import plotly.graph_objects as go
