@@ -215,7 +215,7 @@ def phase_tokenizer(args, settings, out: Path) -> dict:
     from transformers import AutoModelForCausalLM
 
     params = parameter_count(AutoModelForCausalLM.from_pretrained(path))
-    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in sft_texts]
+    lengths = [len(ids) for ids in tokenizer(sft_texts, add_special_tokens=False)["input_ids"]]
     replies = sorted(reply_token_lengths(dataset, tokenizer))
     p90 = replies[len(replies) * 9 // 10]
     within = sum(n < settings.model.max_new_tokens for n in replies) / len(replies)  # the stop token needs one more

@@ -268,6 +268,15 @@ def test_each_miss_is_now_caught(name, results):
     assert static_hack_check(MISSES[name][0]) is None  # the runtime checks found it
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_one_changed_value_is_one_the_reference_sees(seed, tasks):
+    """ReLU maps any two negatives to 0: with these seeds the one value changed was negative before and after,
+    the reference's output stayed the same, and the cache keyed on a sample of the values was paid."""
+    r = drk.evaluate(tasks["level1/01_relu"].small(), MISSES["cache_value_sample"][0], device="cpu", seed=seed)
+    assert r.hacked and r.hack_reasons == ["caches_outputs"], (r.error_kind, r.error)
+
+
 def test_modules_reached_through_torchs_re_exports_are_the_modules_themselves():
     found = static_hack_check(relu_candidate("return relu(x)", "name = 'drk_' + 'lab.common.correctness'\n"
                                                                "torch.sys.modules[name].TOLERANCES.clear()\n"
