@@ -19,6 +19,9 @@ beside = os.path.dirname(inherited) if os.path.basename(inherited).startswith("d
 os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="drk_test_tmp_", dir=beside)
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
+# One OpenMP thread per process (subprocesses inherit it): with two pytest processes on two cores, torch's
+# intra-op threads spin-waiting beside the other process's took half of the CPU time of the RL tests.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def cuda_available() -> bool:
