@@ -16,8 +16,8 @@ registries, Triton's per-function compile caches): `RESTORED` and `RESTORED_CLAS
 
 What lives outside module attributes (torch's dispatcher, autocast, ...) is read by registries.py.
 
-The comparison runs a few C-level passes over flat lists of identities (one per kind of object); only
-when a pass differs does it look for which object changed.
+The comparison runs C-level passes over flat lists of what the objects hold (per kind of object, in chunks of
+CHUNK objects), compared by identity; only in a chunk whose pass differs does it look for which object changed.
 """
 
 from __future__ import annotations
