@@ -129,7 +129,8 @@ def test_workers_are_reused_up_to_their_limit(reusing_sandbox, relu_small, relu_
 
 
 @pytest.mark.parametrize("name, change, hack_checks, expect", [
-    ("leaky", "torch.set_num_threads(1)\n", True, None),  # not a hack, but the next job would inherit it
+    # not a hack, but the next job would inherit it
+    ("leaky", "torch.set_num_threads(torch.get_num_threads() + 1)\n", True, None),
     ("patcher", "torch.relu = lambda x: x * 0\n", False, None),  # unflagged with checks off: the world check still sees it
     ("hacked", "torch.relu = lambda x: x * 0\n", True, "hacked"),
     ("crash", "import os\nos._exit(3)\n", False, "exit"),
