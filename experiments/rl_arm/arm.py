@@ -173,6 +173,7 @@ def rl_settings(settings, on_cpu: bool):
         temperature=r.temperature, reward_fn=r.reward, max_new_tokens=m.max_new_tokens,
         max_context_tokens=m.max_context_tokens, feedback_tokens=m.feedback_tokens,
         sampler="static", cuda_graph=m.cuda_graph and not on_cpu, generation_batch_size=4096,
+        waves=r.waves, pipelined=r.pipelined,
         eval_kwargs=evaluation, advantage=u.advantage, mini_batches=u.mini_batches,
         micro_batch_size=u.micro_batch_size, lr=u.lr, betas=tuple(u.betas), warmup_steps=u.warmup_steps,
         grad_clip=u.grad_clip, kl_coef=u.kl_coef, prs=u.prs, mrs=u.mrs, save_rollouts=False)

@@ -45,6 +45,11 @@ class RolloutPart:
     reward: str = "correct"  # 1 correct and honest, else 0 (agent/rewards.py); "drkernel" is the second arm
     correctness_trials: int = 2
     timing: bool = False  # the correctness reward reads no time: evaluations skip timing and profiling
+    # each reply is evaluated as soon as it is complete, while the rest decode, and each half of the groups starts
+    # turn 2 when its own evaluations are back (agent/pipeline.py: the same samples and rewards as one phase
+    # after another, only sooner)
+    waves: int = 2
+    pipelined: bool = True
 
 
 @dataclass(frozen=True)
