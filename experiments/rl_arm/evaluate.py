@@ -80,15 +80,17 @@ def evaluate(settings, time_limit_s: float = 1e9, chunk: int = 256, timing: bool
     harness = {"correctness_trials": settings.eval.correctness_trials}
     harness |= ({"compile_baseline": False} if timing else {"timing": False, "profile": False}) if on_gpu else {"device": "cpu"}
     sampling = {"temperature": 0.0, "max_new_tokens": settings.model.max_new_tokens}
-    longest = 0.0
+    longest, seconds = 0.0, {"generation_s": 0.0, "evaluation_s": 0.0}
     with trainer.generation_policy() as policy:
         for i in range(0, len(todo), chunk):
             if time.perf_counter() - started + longest > time_limit_s:
                 break
-            chunk_started, part = time.perf_counter(), todo[i:i + chunk]
+            chunk_started, part, timings = time.perf_counter(), todo[i:i + chunk], {}
             trajectories = run_many([task for _, _, task in part], policy, episode_schedule(settings.eval.turns),
                                     reward_fn="correct", tokenizer=policy.tokenizer, sampling=sampling,
-                                    feedback_tokens=settings.model.feedback_tokens, **harness)
+                                    feedback_tokens=settings.model.feedback_tokens, timings=timings, **harness)
+            for key in seconds:
+                seconds[key] += timings[key]
             with open(path, "a") as f:
                 for (p, kind, _), trajectory in zip(part, trajectories):
                     f.write(json.dumps(record(p, kind, trajectory)) + "\n")
@@ -96,7 +98,7 @@ def evaluate(settings, time_limit_s: float = 1e9, chunk: int = 256, timing: bool
     records = read_records(path)
     left = len(eval_tasks(settings)) - len(records)
     out = {"label": label, "step": trainer.state.step, "records": len(records), "left": left,
-           "seconds": time.perf_counter() - started}
+           "seconds": time.perf_counter() - started} | {key: round(value, 1) for key, value in seconds.items()}
     if left == 0:
         result = {"step": trainer.state.step, "summary": summary(records)}
         baseline = settings.eval.sft_records
