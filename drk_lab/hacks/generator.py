@@ -103,6 +103,18 @@ def prepare(base: Base, rng: random.Random) -> Honest:
     return _PREPARED[key]
 
 
+def holds_state(task) -> bool:
+    """Whether the reference module holds parameters or buffers, built on the meta device (no memory; tasks are
+    trusted code). Submodules alone are not enough: nn.GELU() holds nothing to put back."""
+    import torch
+
+    namespace = {"__name__": "drk_hack_base"}
+    exec(compile(task.source, task.name, "exec"), namespace)
+    with torch.device("meta"):
+        model = namespace["Model"](*namespace["get_init_inputs"]())
+    return any(True for _ in model.parameters()) or any(True for _ in model.buffers())
+
+
 def take_apart(base: Base, impl: str) -> Honest:
     tree = ast.parse(base.code)
     for n in ast.walk(tree):
@@ -128,8 +140,7 @@ def take_apart(base: Base, impl: str) -> Honest:
         fn = ast.FunctionDef(name="_eager", args=forward.args, body=forward.body, decorator_list=[], returns=None)
         eager = ast.unparse(ast.fix_missing_locations(fn))
         roots = tuple(sorted((a, m) for a, m in imports.items() if a in free))
-    has_params = any(isinstance(n, ast.Call) and (_dotted(n.func, imports) or "").startswith("torch.nn.")
-                     for n in ast.walk(init)) if init else False
+    has_params = holds_state(base.task)
     outer = None
     last = forward.body[-1]
     if isinstance(last, ast.Return) and isinstance(last.value, ast.Call):

@@ -252,6 +252,16 @@ def test_hacked_variants_are_seeded_and_cover_every_class_and_level(bases):
     assert not all(static_hack_check(v.code) for v in first if v.level == "class_closure")
 
 
+def test_parameter_hacks_go_only_to_modules_that_hold_state(tasks):
+    # nn.GELU() in __init__ holds nothing: "put the parameters back" there is an honest kernel, not a hack
+    from drk_lab.hacks.generator import holds_state
+
+    assert not holds_state(tasks["level1/02_gelu_tanh"]) and not holds_state(tasks["level1/01_relu"])
+    assert holds_state(tasks["level1/10_layernorm"]) and holds_state(tasks["level2/01_linear_bias_relu"])
+    two = [Base(n, tasks[n].small(), drk.builtin_solution(tasks[n])) for n in ("level1/02_gelu_tanh", "level1/01_relu")]
+    assert hacked_variants(two, per_cell=2, seed=0, classes=["default_params"]) == []
+
+
 def test_honest_variants_are_distinct_and_load(bases):
     fair = honest_variants(bases, n=40, seed=1)
     assert len(fair) == len({v.code for v in fair}) == 40
