@@ -256,21 +256,45 @@ def builtin_solution(task: Task) -> str:
     return path.read_text()
 
 
+ROW_FILES = (".jsonl", ".jsonl.gz")
+
+
 def load_task_set(spec: str, broken: list[str] | None = None) -> list:
-    """Comma-separated parts: `builtin` (all levels), `builtin:LEVEL`, a task file, or a folder of task
-    files (e.g. a KernelBench checkout or one of its levels). TaskError names a part that is none of
-    these; a broken file in a folder raises too, or with a `broken` list is skipped (load_tasks)."""
+    """Comma-separated parts: `builtin` (all levels), `builtin:LEVEL`, a task file, a folder of task
+    files (e.g. a KernelBench checkout or one of its levels), or a JSON-lines file of task rows with an
+    optional split (`data/rl/prompts.jsonl.gz:heldout`; relative to the repository when not found here).
+    TaskError names a part that is none of these; a broken file in a folder raises too, or with a `broken`
+    list is skipped (load_tasks)."""
     tasks = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
+        rows, _, split = part.partition(":")
         if part == "builtin" or part.startswith("builtin:"):
             tasks += builtin_tasks(_builtin_level(part))
+        elif rows.endswith(ROW_FILES):
+            tasks += row_tasks(rows if Path(rows).is_file() else in_repo(rows), split or None)
         elif Path(part).is_dir():
             tasks += load_tasks(part, broken=broken)
         elif Path(part).is_file():
             tasks.append(load_task(part))
         else:
-            raise TaskError(f"{part}: neither builtin[:LEVEL] nor a task file or folder")
+            raise TaskError(f"{part}: neither builtin[:LEVEL] nor a task file, folder or .jsonl(.gz) of rows")
     return tasks
+
+
+def row_tasks(path: str | Path, split: str | None = None) -> list[Task]:
+    """The tasks of a JSON-lines file of rows (name, level, code; data/rl's prompt sets), of `split` only when
+    given, in file order."""
+    import gzip
+    import json
+
+    if not Path(path).is_file():
+        raise TaskError(f"{path}: no such file of task rows")
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    chosen = [row for row in rows if split is None or row.get("split") == split]
+    if split is not None and not chosen:
+        raise TaskError(f"{path}: no row of split {split!r} (splits: {', '.join(sorted({str(r.get('split')) for r in rows}))})")
+    return [task_from_row(row, check=False) for row in chosen]
 
 
 def _builtin_level(part: str) -> int | None:

@@ -189,13 +189,46 @@ def load_tiny(path: str | os.PathLike, seed: int = 0):
     return model, tokenizer
 
 
-def model_path(spec: str, folder: str | os.PathLike = "runs/tiny_model") -> str:
-    """A model to load: "tiny" builds (once) the tiny random model in `folder`; anything else is a local
-    Hugging Face folder and is returned as it is (a notebook's `model` parameter)."""
-    if spec == "tiny":
-        from drk_lab.harness.task import in_repo
+# the mini recipe's SFT model (27M parameters, experiments/rl_arm/make_sft.sh): it writes kernels for the generated
+# tasks of data/rl, so RL from it has a reward signal without forced solutions
+SHIPPED_MODELS = {"mini_sft": "data/models/mini_sft.safetensors.xz"}
 
+
+def model_path(spec: str, folder: str | os.PathLike = "runs/tiny_model") -> str:
+    """A model to load (a notebook's `model` parameter): "tiny" builds (once) the tiny random model in
+    `folder`; "mini_sft" unpacks (once) the shipped SFT model into runs/models/mini_sft; anything else is a
+    local Hugging Face folder and is returned as it is."""
+    from drk_lab.harness.task import in_repo
+
+    if spec == "tiny":
         return str(make_tiny_model(in_repo(folder)))
+    if spec in SHIPPED_MODELS:
+        return str(unpack_shipped(in_repo(SHIPPED_MODELS[spec]), in_repo("runs/models") / spec))
     if not Path(spec).expanduser().is_dir():
-        raise FileNotFoundError(f"model {spec!r}: no such folder (give a local Hugging Face model folder or 'tiny')")
+        raise FileNotFoundError(f"model {spec!r}: no such folder (give a local Hugging Face model folder, "
+                                f"'tiny' or {', '.join(map(repr, SHIPPED_MODELS))})")
     return spec
+
+
+def unpack_shipped(packed_xz: Path, path: Path) -> Path:
+    """A Hugging Face folder at `path` from a packed, xz-compressed model file (rl/packed_model.py), made
+    once: a complete folder is reused."""
+    import lzma
+    import tempfile
+
+    from drk_lab.rl.packed_model import unpack_model
+
+    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    with lzma.open(packed_xz) as src, open(building / "packed.safetensors", "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    unpack_model(building / "packed.safetensors", building)
+    (building / "packed.safetensors").unlink()
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rename(building, path)
+    except OSError:  # another process finished the same folder first
+        shutil.rmtree(building, ignore_errors=True)
+    return path

@@ -465,11 +465,29 @@ def test_a_broken_file_is_reported_and_the_rest_load(tmp_path):
 @pytest.mark.parametrize("spec, needle", [
     ("builtin:one", "builtin:one: LEVEL must be one of 1, 2, 3"),
     ("builtin:9", "builtin:9: LEVEL must be one of"),
-    ("no/such/folder", "no/such/folder: neither builtin[:LEVEL] nor a task file or folder"),
+    ("no/such/folder", "no/such/folder: neither builtin[:LEVEL] nor a task file, folder or .jsonl(.gz) of rows"),
+    ("no/such/rows.jsonl.gz", "rows.jsonl.gz: no such file of task rows"),
+    ("data/rl/prompts.jsonl.gz:valid", "no row of split 'valid' (splits: heldout, train)"),
 ])
 def test_load_task_set_errors_name_the_part(spec, needle):
     with pytest.raises(TaskError, match=re.escape(needle)):
         load_task_set(spec)
+
+
+def test_a_file_of_task_rows_loads_in_order_by_split(tmp_path):
+    # data/rl's prompt set: the held-out split alone, from any working directory (notebooks run in notebooks/)
+    import contextlib
+    import gzip
+
+    rows = [json.loads(line) for line in gzip.open(REPO_DIR / "data/rl/prompts.jsonl.gz", "rt")]
+    heldout = [r["name"] for r in rows if r["split"] == "heldout"]
+    with contextlib.chdir(tmp_path):
+        tasks = load_task_set("data/rl/prompts.jsonl.gz:heldout")
+    assert [t.name for t in tasks] == heldout and len(heldout) == 1279
+    assert tasks[0].source == rows[[r["name"] for r in rows].index(heldout[0])]["code"]
+    plain = tmp_path / "two.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    assert [t.name for t in load_task_set(str(plain))] == [r["name"] for r in rows[:2]]
 
 
 def test_load_tasks_empty_folder(tmp_path):

@@ -47,3 +47,24 @@ def test_a_file_that_is_not_a_packed_model_is_refused(tmp_path):
     save_file({"x": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match="not a packed model"):
         load_packed(tmp_path / "other.safetensors")
+
+
+@pytest.mark.slow
+def test_the_shipped_sft_model_unpacks_once_and_writes_in_the_teachers_form(tmp_path):
+    # the committed model file itself: unpacked to a Hugging Face folder, it answers a held-out task's prompt the way
+    # the SFT set's replies begin (a plan sentence, then the code); a second call reuses the folder
+    from drk_lab.agent.env import KernelEnv
+    from drk_lab.harness.task import in_repo, load_task_set
+    from drk_lab.policies.huggingface import TransformersPolicy
+    from drk_lab.rl.tiny_model import SHIPPED_MODELS, unpack_shipped
+
+    folder = unpack_shipped(in_repo(SHIPPED_MODELS["mini_sft"]), tmp_path / "mini_sft")
+    made = (folder / "model.safetensors").stat().st_mtime_ns
+    assert unpack_shipped(in_repo(SHIPPED_MODELS["mini_sft"]), folder) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == made
+    task = load_task_set("data/rl/prompts.jsonl.gz:heldout")[0]
+    policy = TransformersPolicy(folder, max_new_tokens=12, device="cpu")
+    env = KernelEnv(task, device="cpu")
+    env.reset()
+    reply = policy.generate([env.messages], temperature=0.0)[0][0]
+    assert reply.text.startswith("A first, straightforward version")
