@@ -1,6 +1,6 @@
 """The mini RL step's time, synchronous against pipelined, in one run: where each step's seconds go.
 
-    python bench/rl_step_time.py --model runs/mini/sft                         # a GPU: the mini run's SFT model
+    python bench/rl_step_time.py --model mini_sft                              # a GPU: the shipped SFT model
     python bench/rl_step_time.py --model runs/mini/init --force-teacher 8      # a GPU, no SFT model: see below
     python bench/rl_step_time.py --config smoke --force-teacher 1 --steps 2    # the CPU smoke (tests run it)
 
@@ -19,22 +19,19 @@ tokens (the per-step `samples` table pairs them by task, sample and turn, and `s
 identical replies whose rewards agree); on a GPU a reward holds a measured speedup, so there they agree
 to timing noise only, and a turn-2 prompt that quotes a timing differs.
 
-Models: `--model` is any Hugging Face folder. Without one, the tiny random model (CPU smoke). A random model
-writes no code: `--force-teacher K` makes the first K samples of each group answer every turn with the
-teacher's reply (drk_lab.data.teacher; scored teacher-forced, evaluated for real), so the harness gets the
-mini run's evaluation load while generation still decodes every row (a random model rarely stops: the
-longest replies, the worst case for generation).
+Models: `--model` is a Hugging Face folder or `mini_sft`, the shipped SFT model of the mini recipe (27M
+parameters; it writes kernels for the generated tasks, so the evaluation load is the real one). Without one, the
+tiny random model (CPU smoke). A random model writes no code: `--force-teacher K` makes the first K samples of
+each group answer every turn with the teacher's reply (drk_lab.data.teacher; scored teacher-forced, evaluated
+for real), so the harness gets the mini run's evaluation load while generation still decodes every row.
 
 Writes $OUT/rl_step_time.json (or --out): settings, device, per mode its steps and medians.
 
-On a GPU machine (TRL and datasets from .whl: bench/device_wheels.sh here first), two calls on one warm machine:
+On a GPU machine, with TRL and datasets carried in .whl (the four wheels of data/runs/2026-12-07_trloo_arm/README.md), one call
+(a mode's 3 steps take about 2.5 minutes on an H100):
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/trl-*.whl \
       .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl && export PYTHONPATH=/tmp/site:$PWD \
-      DRK_CACHE_DIR=$PWD/runs/cache && python experiments/mini/run.py --phase tokenizer,pretrain,sft --out runs/mini
-    export PYTHONPATH=/tmp/site:$PWD DRK_CACHE_DIR=$PWD/runs/cache && python bench/rl_step_time.py \
-      --model runs/mini/sft --modes sync:1,pipelined:1,pipelined:4 --steps 3
-(the SFT model in about 6 minutes on an H100; a mode's 3 steps in about 2.5). Without time for SFT, the random
-model of the same shape after the tokenizer phase (18 s): --model runs/mini/init --force-teacher 8.
+      DRK_CACHE_DIR=$PWD/runs/cache && python bench/rl_step_time.py --model mini_sft --steps 3
 """
 
 from __future__ import annotations
@@ -178,7 +175,8 @@ def medians(records: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None, help="a Hugging Face folder (default: the tiny random model)")
+    p.add_argument("--model", default=None,
+                   help="a Hugging Face folder or mini_sft, the shipped SFT model (default: the tiny random model)")
     p.add_argument("--config", action="append", default=[], help="experiments/mini/config/NAME.py, as run.py")
     p.add_argument("--set", action="append", default=[], metavar="PART.NAME=VALUE", help="as run.py")
     p.add_argument("--rl-data", default=str(REPO / "data" / "rl" / "prompts.jsonl.gz"))
@@ -192,11 +190,9 @@ def main(argv=None) -> int:
     settings = mini_settings(args.config, args.set)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = args.model
-    if model is None:
-        from drk_lab.rl.tiny_model import make_tiny_model
+    from drk_lab.rl.tiny_model import make_tiny_model, model_path
 
-        model = str(make_tiny_model(out / "tiny_model"))
+    model = str(make_tiny_model(out / "tiny_model")) if args.model is None else model_path(args.model)
     items = rl_items(args.rl_data, settings, cuda)
     tasks = [task for _, task in items]
     force = teacher_replies({task.name: spec for spec, task in items}, args.force_teacher) if args.force_teacher else None
