@@ -171,6 +171,11 @@ def make_tiny_model(path: str | os.PathLike, seed: int = 0) -> Path:
     model.save_pretrained(building)
     tokenizer.save_pretrained(building)
     (building / "tiny_model.json").write_text(json.dumps(_recipe(seed)))
+    return move_into_place(building, path)
+
+
+def move_into_place(building: Path, path: Path) -> Path:
+    """A folder built beside `path` takes its place whole, so that a reader never sees a half-written one."""
     shutil.rmtree(path, ignore_errors=True)
     try:
         os.rename(building, path)
@@ -226,9 +231,4 @@ def unpack_shipped(packed_xz: Path, path: Path) -> Path:
         shutil.copyfileobj(src, dst, 1 << 20)
     unpack_model(building / "packed.safetensors", building)
     (building / "packed.safetensors").unlink()
-    shutil.rmtree(path, ignore_errors=True)
-    try:
-        os.rename(building, path)
-    except OSError:  # another process finished the same folder first
-        shutil.rmtree(building, ignore_errors=True)
-    return path
+    return move_into_place(building, path)
