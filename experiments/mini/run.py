@@ -290,12 +290,12 @@ def phase_pretrain(args, settings, out: Path) -> dict:
 
 
 def phase_sft(args, settings, out: Path) -> dict:
+    start = start_model(args, out)  # a mistake is told before TRL's imports, which take seconds
     import torch
 
     from drk_lab.rl.sft import run_sft
 
     started = time.perf_counter()
-    start = start_model(args, out)
     limit = settings.sft.time_limit_s
     # TRL checkpoints activations by default (each layer's forward again in the backward pass); a model of
     # tens of millions of parameters has memory to spare for them
@@ -367,6 +367,7 @@ def phase_genbench(args, settings, out: Path) -> dict:
 
 
 def phase_rl(args, settings, out: Path) -> dict:
+    start = need(out / "sft", "sft")  # before the trainer's imports, which take seconds
     from collections import Counter
 
     from drk_lab.agent.context import episode_schedule
@@ -375,7 +376,6 @@ def phase_rl(args, settings, out: Path) -> dict:
                                      summarize_evaluation)
     from drk_lab.rl.trainer import RLTrainer
 
-    start = need(out / "sft", "sft")
     folder = out / f"rl_{args.tag}"
     ckpt = folder / "ckpt"
     resume = "latest" if any(ckpt.glob("step_*/trainer.json")) else None
@@ -613,11 +613,11 @@ def main(argv=None) -> int:
             write_json(out / "settings.json", {"settings": settings.to_dict(), "config": args.config,
                                                "device": device_name(), "machine": machine(),
                                                "date": time.strftime("%Y-%m-%d"), "commit": commit()})
+        chosen = args.checkpoint  # each phase below sets args.checkpoint to its own target
         for phase in phases:
             if phase == "pretrain" and settings.pretrain.steps == 0:
                 continue
-            targets = [args.checkpoint] if args.checkpoint else [n for n in ["sft", f"rl_{args.tag}"]
-                                                                  if (out / n).is_dir() or n == "sft"]
+            targets = [chosen] if chosen else [n for n in ["sft", f"rl_{args.tag}"] if (out / n).is_dir() or n == "sft"]
             for target in (targets if phase == "eval" else [None]):
                 args.checkpoint = target
                 path = out / (f"eval_{eval_label(target, settings)}.json" if target
