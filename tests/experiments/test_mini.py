@@ -4,6 +4,8 @@ line and exit status 2."""
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import math
 import os
@@ -31,11 +33,36 @@ SCRIPT = REPO / "experiments" / "mini" / "run.py"
 def run(*args, check=True):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
     env.pop("OUT", None)
-    done = subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=600)
+    # the test's own --sft-data or --rl-data, given later, wins
+    done = subprocess.run([sys.executable, str(SCRIPT), *map(str, data_args() + list(args))], capture_output=True,
+                          text=True, env=env, timeout=600)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+@functools.cache
+def data() -> dict[str, list[Path]]:
+    """Every call's --sft-data and --rl-data: every tenth row of the shipped SFT and repair sets, and every fifth
+    of the RL prompt set with its split rule beside it. The phases read, tokenize and pack whatever rows they are
+    given; the whole sets (16 M characters of conversations, 6,000 references parsed and resized) took tens
+    of seconds a call. A folder under the tests' TMPDIR (removed at exit)."""
+    import pyarrow.parquet as pq
+
+    folder = Path(tempfile.mkdtemp(prefix="mini_data_"))
+    for name in ("sft.parquet", "repairs.parquet"):
+        table = pq.read_table(REPO / "data" / "sft" / name)
+        pq.write_table(table.take(list(range(0, table.num_rows, 10))), folder / name)
+    with gzip.open(REPO / "data" / "rl" / "prompts.jsonl.gz", "rt") as f:
+        rows = f.readlines()[::5]
+    with gzip.open(folder / "prompts.jsonl.gz", "wt") as f:
+        f.writelines(rows)
+    shutil.copy(REPO / "data" / "rl" / "summary.json", folder)
+    return {"--sft-data": [folder / "sft.parquet", folder / "repairs.parquet"], "--rl-data": [folder / "prompts.jsonl.gz"]}
+
+
+def data_args() -> list:
+    return [item for option, paths in data().items() for item in (option, *paths)]
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +79,15 @@ def read(path: Path):
 def test_every_phase_writes_its_results(smoke):
     run_dir = smoke / "run"
     tokenizer = read(run_dir / "tokenizer.json")
-    shipped = len(pd.read_parquet(REPO / "data" / "sft" / "sft.parquet"))
-    repairs = len(pd.read_parquet(REPO / "data" / "sft" / "repairs.parquet"))
-    assert tokenizer["parameters"] > 10_000 and tokenizer["sft_rows"] == shipped + repairs and shipped > 1000
+    conversations, repairs = (len(pd.read_parquet(path)) for path in data()["--sft-data"])
+    assert tokenizer["parameters"] > 10_000 and tokenizer["sft_rows"] == conversations + repairs and repairs > 10
+    assert len(pd.read_parquet(REPO / "data" / "sft" / "sft.parquet")) > 1000
     # the smoke sizes allow 24 new tokens: no teacher reply fits, and the phase says so
     assert tokenizer["reply_tokens"]["p50"] > 24 and tokenizer["replies_within_max_new_tokens"] == 0
     pretrain = read(run_dir / "pretrain.json")
     assert len(pretrain["loss"]) == 2 and all(x > 0 for x in pretrain["loss"])
     # repair rows stay out of pretraining (their buggy replies must not be targets)
-    assert pretrain["sft_conversations"] == shipped and pretrain["first_turn_tasks"] == 20  # the smoke's limit
+    assert pretrain["sft_conversations"] == conversations and pretrain["first_turn_tasks"] == 20  # the smoke's limit
     assert pretrain["new_tasks"] == 20 and pretrain["drills"] == 20 and pretrain["combinations"] > 20
     assert pretrain["epilogue_drills"] == 10
     assert read(run_dir / "sft.json")["loss"]
@@ -455,12 +482,12 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     caught = [json.loads(x) for x in (run_dir / "rl_trloo" / "hacks.jsonl").read_text().splitlines()]
     assert rl["hacks_by_check"] == dict(Counter(r for row in caught for r in row["reasons"]))
     assert {row["step"] for row in caught} <= {1, 2}
-    run("--config", "smoke", "--out", run_dir, "--phase", "rl", "--advantage", "grpo", "--prs", "off", "--set", "rl.seed=1")
+    # the ablation and its evaluation in one call (the phases' imports and prompt set are read once)
+    run("--config", "smoke", "--out", run_dir, "--phase", "rl,eval", "--advantage", "grpo", "--prs", "off", "--set", "rl.seed=1",
+        "--checkpoint", "rl_grpo_noprs_seed1", "--set", "eval.stts_tasks=0", "--set", "eval.builtin_levels=()")
     assert read(run_dir / "rl_grpo_noprs_seed1.json")["steps_done"] == 1  # its own folder, from the same SFT model
     assert (run_dir / "rl_grpo_noprs_seed1" / "model" / "config.json").exists()
     # its evaluation is paired with SFT's and, episode by episode, with TRLOO's (evaluated before it)
-    run("--config", "smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", "rl_grpo_noprs_seed1",
-        "--set", "eval.stts_tasks=0", "--set", "eval.builtin_levels=()")
     from drk_lab.agent.trajectory import read_jsonl
     from experiments.mini.report import paired_comparison
 
@@ -471,7 +498,9 @@ def test_rl_resumes_from_its_checkpoint_and_the_ablation_and_other_seeds_get_the
     assert heldout["paired_with_rl"]["rl_trloo"]["episodes"] == heldout["episodes"]
     assert "paired_with_rl" not in read(run_dir / "eval_rl_trloo.json")["heldout"]  # nothing before it
     # the whole train split, or only its first N prompts (the seen evaluation's first N) every step
-    assert rl["train_prompts"] > 1000
+    (rl_data,) = data()["--rl-data"]
+    with gzip.open(rl_data, "rt") as f:
+        assert rl["train_prompts"] == sum(json.loads(line)["split"] == "train" for line in f) > 500
     run("--config", "smoke", "--out", run_dir, "--phase", "rl", "--tag", "trloo_p1", "--set", "rl.prompts=1")
     assert read(run_dir / "rl_trloo_p1.json")["train_prompts"] == 1
 
@@ -541,9 +570,9 @@ def test_rollouts_and_evaluations_at_another_temperature(smoke):
     (trainer_json,) = (run_dir / "rl_trloo_07" / "ckpt").glob("step_*/trainer.json")
     assert read(trainer_json)["settings"]["rollouts"]["temperature"] == 0.7
     before = (run_dir / "eval_sft.json").read_text()
-    for checkpoint in ("sft", "rl_trloo"):
-        run("--config", "smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", checkpoint, "--set", "eval.stts_tasks=0",
-            "--set", "eval.builtin_levels=()", "--set", "eval.temperature=1.0")
+    # no --checkpoint: the SFT model, then rl_trloo (the default arm), in one call
+    run("--config", "smoke", "--out", run_dir, "--phase", "eval", "--set", "eval.stts_tasks=0",
+        "--set", "eval.builtin_levels=()", "--set", "eval.temperature=1.0")
     assert (run_dir / "eval_sft.json").read_text() == before and read(run_dir / "eval_sft.json")["temperature"] == 0.7
     sft_t1, rl_t1 = read(run_dir / "eval_sft_temp1.json"), read(run_dir / "eval_rl_trloo_temp1.json")
     assert sft_t1["temperature"] == rl_t1["temperature"] == 1.0 and "paired_with_sft" not in sft_t1["heldout"]
@@ -623,13 +652,12 @@ def test_a_run_carried_in_parts_to_a_fresh_machine_resumes_its_arm(smoke, tmp_pa
     assert len(sent) == -(-parts // 3) and "unpacked" in sent[-1] and "unpacked" not in sent[0]
     run_dir = fresh / "runs" / "mini"
     assert not (fresh / "runs" / "carried").exists()
-    run("--config", "smoke", "--out", run_dir, "--phase", "rl", "--set", f"rl.steps={step + 1}")
+    run("--config", "smoke", "--out", run_dir, "--phase", "rl,eval", "--set", f"rl.steps={step + 1}", "--checkpoint", "rl_trloo",
+        "--set", "eval.stts_tasks=0", "--set", "eval.builtin_levels=()")
     resumed = read(run_dir / "rl_trloo.json")
     assert resumed["steps_done"] == step + 1 and resumed["resumed"]
     metrics = (run_dir / "rl_trloo" / "log" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in metrics] == list(range(1, step + 2))
-    run("--config", "smoke", "--out", run_dir, "--phase", "eval", "--checkpoint", "rl_trloo",
-        "--set", "eval.stts_tasks=0", "--set", "eval.builtin_levels=()")
     assert f"rl_trloo_step{step}" in read(run_dir / "eval_rl_trloo.json")["heldout"]["paired_with_rl"]
     # a new arm needs only the SFT model: the parts cut down to it here (the whole state kept) go to
     # another fresh machine in fewer calls, and an arm with the KL penalty starts there at step 0
@@ -690,7 +718,7 @@ def test_a_carried_sft_run_goes_on_from_the_sft_model(smoke, tmp_path):
            "CUDA_VISIBLE_DEVICES": "", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     (tmp_path / "out").mkdir()
     done = subprocess.run(["bash", str(root / "experiments" / "mini" / "device.sh"), "175", "--config", "smoke", "--set", "eval.seen=0",
-                           "--set", "eval.builtin_levels=()", "--set", "eval.stts_tasks=0"],
+                           "--set", "eval.builtin_levels=()", "--set", "eval.stts_tasks=0", *map(str, data_args())],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     phases = [line for line in done.stdout.splitlines() if line.startswith("== --phase")]  # the script's own lines
