@@ -27,8 +27,8 @@ for real), so the harness gets the mini run's evaluation load while generation s
 
 Writes $OUT/rl_step_time.json (or --out): settings, device, per mode its steps and medians.
 
-On a GPU machine, with TRL and datasets carried in .whl (the four wheels of data/runs/2026-12-07_trloo_arm/README.md), one call
-(a mode's 3 steps take about 2.5 minutes on an H100):
+On a GPU machine, with TRL and datasets carried in .whl (the four wheels of data/runs/2026-12-07_trloo_arm/README.md),
+one call (a mode's 3 steps take about 2.5 minutes on an H100):
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/trl-*.whl \
       .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl && export PYTHONPATH=/tmp/site:$PWD \
       DRK_CACHE_DIR=$PWD/runs/cache && python bench/rl_step_time.py --model mini_sft --steps 3

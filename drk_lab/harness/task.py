@@ -293,7 +293,8 @@ def row_tasks(path: str | Path, split: str | None = None) -> list[Task]:
         rows = [json.loads(line) for line in f if line.strip()]
     chosen = [row for row in rows if split is None or row.get("split") == split]
     if split is not None and not chosen:
-        raise TaskError(f"{path}: no row of split {split!r} (splits: {', '.join(sorted({str(r.get('split')) for r in rows}))})")
+        splits = ", ".join(sorted({str(r.get("split")) for r in rows}))
+        raise TaskError(f"{path}: no row of split {split!r} (splits: {splits})")
     return [task_from_row(row, check=False) for row in chosen]
 
 
