@@ -175,7 +175,7 @@ def mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["eval", str(RELU_TASK), "missing.py"], "drk eval: CODE_FILE missing.py: no such file"),
         (["eval", "missing_task.py", code], "drk eval: TASK_FILE missing_task.py: no such file"),
         (["eval", "--tasks", "no/such/folder", "--policy", "evolve"],
-         "drk eval: --tasks no/such/folder: neither builtin[:LEVEL] nor a task file or folder"),
+         "drk eval: --tasks no/such/folder: neither builtin[:LEVEL] nor a task file, folder or .jsonl(.gz) of rows"),
         (["eval", "--tasks", "builtin:one", "--policy", "evolve"],
          "drk eval: --tasks builtin:one: LEVEL must be one of 1, 2, 3 (builtin:1)"),
         (["eval", "--tasks", "builtin:1", "--policy", "evolve", "--stts", "5,4"],
