@@ -283,8 +283,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     e.add_argument("--json", action="store_true", help="one file: print the whole EvalResult as JSON")
     run = e.add_argument_group("policy runs")
     run.add_argument("--policy", help=" | ".join(POLICY_KINDS))
-    run.add_argument("--tasks", default="builtin",
-                     help="builtin | builtin:LEVEL | task file | folder | rows.jsonl[.gz][:SPLIT], comma-separated")
+    run.add_argument("--tasks", default="builtin", help="builtin | builtin:LEVEL | task file | folder, comma-separated")
     run.add_argument("--limit", type=positive, default=None, help="only the first N tasks")
     run.add_argument("--turns", type=positive, default=None, help="turns per episode (default 3)")
     run.add_argument("--stts", default=None, metavar="U,K,I",
@@ -304,8 +303,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                    help="a folder of KernelBench-format task files (default: the built-in suite)")
 
     b = sub.add_parser("baselines", help="measure and cache the eager and torch.compile timings of a task set (GPU)")
-    b.add_argument("tasks",
-                   help="builtin | builtin:LEVEL | task file | folder | rows.jsonl[.gz][:SPLIT], comma-separated")
+    b.add_argument("tasks", help="builtin | builtin:LEVEL | task file | folder, comma-separated")
     b.add_argument("--device", default=None, help=devices)
     b.add_argument("--jobs", type=positive, default=None, help="tasks in flight")
     b.add_argument("--timing-trials", type=positive, default=100, help="timed calls of each reference")
